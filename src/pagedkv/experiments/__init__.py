@@ -1,0 +1,1 @@
+"""Experiments: one module per benchmark, each returning a tidy table."""

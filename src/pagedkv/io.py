@@ -1,0 +1,29 @@
+"""Atomic output: a run that fails writes no half result."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, data: Any) -> Path:
+    """Deterministic JSON (sorted keys, fixed separators) written atomically."""
+    return atomic_write_text(path, json.dumps(data, sort_keys=True, indent=2) + "\n")

@@ -1,0 +1,1 @@
+"""pagedkv.memory: the books. Pure Python; importing it never imports torch."""

@@ -1,0 +1,138 @@
+"""A pool of physical KV blocks: reference counts, an O(1) free queue, and the prefix cache.
+
+The free queue is kept in eviction order (head = next block handed out)::
+
+    head -> [uncached free blocks ...][cached free blocks, least recently freed first ...] <- tail
+
+* ``allocate`` pops the head in O(1). If that block still carries a cache key, the key is
+  dropped: this is an LRU eviction.
+* ``decref`` to zero puts a cached block at the tail (most recently used) and an uncached one
+  at the head (it holds nothing worth keeping, so it is reused before any cached block).
+* ``incref`` of a free cached block (a prefix hit) takes it out of the middle of the queue in O(1).
+
+An ``OrderedDict`` gives all three in O(1) (it is a hash map over a doubly linked list), the
+same structure as the free-block queue of vLLM v1, without hand-writing the list.
+Freeing a sequence's blocks in reverse order puts a chain's tail nearer the head, so among
+blocks freed together the tail of a prefix is evicted first and the shareable head survives.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from pagedkv.errors import IntegrityError, PagedKVError
+from pagedkv.memory.prefix_hash import BlockHash
+
+
+class BlockPool:
+    """``num_blocks`` physical blocks with reference counts and an optional hash -> block cache."""
+
+    def __init__(self, num_blocks: int, *, enable_caching: bool = False) -> None:
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.ref_counts: list[int] = [0] * num_blocks
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._cache: dict[BlockHash, int] = {}
+        self._num_cached_free = 0
+        self.num_evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks with reference count 0 (cached or not): all can be handed out."""
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    @property
+    def num_cached_free(self) -> int:
+        """Free blocks that still hold a cached prefix (evictable)."""
+        return self._num_cached_free
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks registered in the prefix cache, used or free."""
+        return len(self._cache)
+
+    def allocate(self) -> int:
+        """Take the head of the free queue (evicting its cache key if it has one); ref count 1."""
+        if not self._free:
+            raise PagedKVError("block pool exhausted: check num_free before allocating")
+        block, _ = self._free.popitem(last=False)
+        key = self.block_hash[block]
+        if key is not None:
+            del self._cache[key]
+            self.block_hash[block] = None
+            self._num_cached_free -= 1
+            self.num_evictions += 1
+        self.ref_counts[block] = 1
+        return block
+
+    def incref(self, block: int) -> None:
+        """One more reference; a free cached block (a prefix hit) leaves the free queue."""
+        if self.ref_counts[block] == 0:
+            del self._free[block]
+            if self.block_hash[block] is not None:
+                self._num_cached_free -= 1
+        self.ref_counts[block] += 1
+
+    def decref(self, block: int) -> bool:
+        """One reference fewer; returns True when the block became free."""
+        ref = self.ref_counts[block]
+        if ref <= 0:
+            raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
+        self.ref_counts[block] = ref - 1
+        if ref > 1:
+            return False
+        self._free[block] = None
+        if self.block_hash[block] is None:
+            self._free.move_to_end(block, last=False)
+        else:
+            self._num_cached_free += 1
+        return True
+
+    def cache_block(self, block: int, key: BlockHash) -> bool:
+        """Register a full, used block under ``key``; False if caching is off or the key is
+        already held by another block (the first one keeps it)."""
+        if not self.enable_caching or key in self._cache or self.block_hash[block] is not None:
+            return False
+        self._cache[key] = block
+        self.block_hash[block] = key
+        return True
+
+    def lookup(self, key: BlockHash) -> int | None:
+        """The block cached under ``key``, if any (no side effect)."""
+        return self._cache.get(key)
+
+    def free_blocks(self) -> list[int]:
+        """The free queue from head (next out) to tail, for inspection and tests."""
+        return list(self._free)
+
+    def check_integrity(self, expected_refs: list[int]) -> None:
+        """Reference counts equal ``expected_refs``; free queue holds exactly the blocks with
+        count 0; the cache map and the per-block keys agree."""
+        if expected_refs != self.ref_counts:
+            bad = [b for b in range(self.num_blocks) if expected_refs[b] != self.ref_counts[b]]
+            raise IntegrityError(
+                f"reference counts disagree with table references at blocks {bad[:10]}: "
+                f"have {[self.ref_counts[b] for b in bad[:10]]}, "
+                f"tables say {[expected_refs[b] for b in bad[:10]]}"
+            )
+        free = {b for b, r in enumerate(self.ref_counts) if r == 0}
+        if set(self._free) != free or len(self._free) != len(free):
+            raise IntegrityError("free queue differs from the blocks with reference count 0")
+        if self.num_free + self.num_used != self.num_blocks:
+            raise IntegrityError("free + used != total")
+        for key, block in self._cache.items():
+            if self.block_hash[block] != key:
+                raise IntegrityError(f"cache maps a key to block {block}, which holds another")
+        keyed = [b for b, k in enumerate(self.block_hash) if k is not None]
+        if len(keyed) != len(self._cache):
+            raise IntegrityError("a block carries a key that the cache map does not hold")
+        cached_free = sum(1 for b in keyed if self.ref_counts[b] == 0)
+        if cached_free != self._num_cached_free:
+            raise IntegrityError("cached-free counter is off")
+        if not self.enable_caching and self._cache:
+            raise IntegrityError("cache entries with caching disabled")

@@ -1,0 +1,121 @@
+"""The memory layer's configs: one frozen, validated dataclass per allocator family.
+
+Each field's ``metadata["help"]`` is the help text the CLI shows for it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from pagedkv.errors import ConfigError
+from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The paged KV cache: a pool of GPU blocks, an optional CPU swap pool, prefix caching."""
+
+    num_gpu_blocks: int = help_field(1024, "Physical KV blocks in GPU memory (>= 1).")
+    block_size: int = help_field(16, "Token slots per block (>= 1); vLLM's default is 16.")
+    num_cpu_blocks: int = help_field(0, "Blocks in the CPU swap pool (>= 0); 0 disables swapping.")
+    watermark: float = help_field(
+        0.01,
+        "Fraction of GPU blocks that admission keeps free, so running sequences can grow "
+        "without immediate preemption (vLLM's default 0.01); in [0, 1).",
+    )
+    enable_prefix_caching: bool = help_field(
+        False,
+        "Cache full blocks by a hash of their tokens and prefix; freed blocks stay cached "
+        "until evicted least-recently-used.",
+    )
+
+    def __post_init__(self) -> None:
+        check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
+        check_int("block_size", self.block_size, 1)
+        check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
+        check_fraction("watermark", self.watermark)
+        check_bool("enable_prefix_caching", self.enable_prefix_caching)
+
+    @property
+    def watermark_blocks(self) -> int:
+        """Blocks admission keeps free: floor(watermark x num_gpu_blocks)."""
+        return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def capacity(self) -> int:
+        """C = num_gpu_blocks x block_size token slots."""
+        return self.num_gpu_blocks * self.block_size
+
+
+class Placement(enum.Enum):
+    """Where a contiguous region goes in the linear address space."""
+
+    FIRST_FIT = "first-fit"
+    """The lowest-addressed hole that is large enough; holes coalesce when neighbours free."""
+    BUDDY = "buddy"
+    """Power-of-two blocks that split and merge (the vLLM paper's Orca baseline)."""
+
+
+class Reservation(enum.Enum):
+    """How many slots a contiguous allocator reserves for a request at admission."""
+
+    MAX = "max"
+    """max_model_len, whatever the request (Orca (Max))."""
+    POW2 = "pow2"
+    """The next power of two of prompt + output, capped at max_model_len (Orca (Pow2))."""
+    ORACLE = "oracle"
+    """Exactly prompt + output (Orca (Oracle)); needs the final length up front."""
+    SLOTS = "slots"
+    """The course lesson's: C // max_model_len equal fixed slots of max_model_len each."""
+
+
+@dataclass(frozen=True)
+class ContiguousConfig:
+    """A contiguous baseline: one region per sequence in a linear address space of C slots."""
+
+    capacity: int = help_field(16384, "C: the address space in token slots (>= 1).")
+    max_model_len: int = help_field(
+        2048, "Maximum sequence length (prompt + output) in tokens (>= 1, <= capacity)."
+    )
+    placement: Placement = help_field(
+        Placement.FIRST_FIT, "Placement: 'first-fit' or 'buddy' ('slots' needs 'first-fit')."
+    )
+    reservation: Reservation = help_field(
+        Reservation.MAX, "Reservation policy: 'max', 'pow2', 'oracle' or 'slots'."
+    )
+    block_size: int = help_field(
+        16, "Block size used only to express capacities in blocks for comparison (>= 1)."
+    )
+
+    def __post_init__(self) -> None:
+        check_int("capacity", self.capacity, 1)
+        check_int("max_model_len", self.max_model_len, 1)
+        check_int("block_size", self.block_size, 1)
+        # Accept the policies' names as strings (from YAML or the CLI) on a frozen dataclass.
+        object.__setattr__(self, "placement", check_choice("placement", self.placement, Placement))
+        object.__setattr__(
+            self, "reservation", check_choice("reservation", self.reservation, Reservation)
+        )
+        if self.max_model_len > self.capacity:
+            raise ConfigError(
+                "max_model_len",
+                self.max_model_len,
+                f"must be <= capacity ({self.capacity}): no request of that length could fit",
+            )
+        if self.max_model_len < self.block_size:
+            raise ConfigError(
+                "max_model_len", self.max_model_len, f"must be >= block_size ({self.block_size})"
+            )
+        if self.reservation is Reservation.SLOTS and self.placement is not Placement.FIRST_FIT:
+            raise ConfigError(
+                "placement",
+                self.placement.value,
+                "reservation 'slots' cuts the space into fixed slots; "
+                "placement must be 'first-fit'",
+            )
+
+    @property
+    def num_slots(self) -> int:
+        """Fixed slots under the 'slots' reservation: C // max_model_len."""
+        return self.capacity // self.max_model_len

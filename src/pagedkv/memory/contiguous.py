@@ -1,0 +1,257 @@
+"""The contiguous KV-cache baselines: one run of adjacent slots per sequence.
+
+This is how serving systems worked before PagedAttention (Orca in the vLLM paper, the course
+lesson's fixed slots): the K/V of a sequence must be contiguous, so a region is reserved at
+admission for the whole length the sequence may reach, and it can never grow afterwards.
+Each sequence's region, with A slots held, T computed tokens and final length F::
+
+    start                                                          start + A
+    |  tokens: [0, T)  |  reservation: [T, min(A, F))  |  internal frag.: [min(A, F), A)  |
+                          (filled before it finishes)      (never filled: over-reservation,
+                                                            buddy rounding, fixed slots)
+
+The reservation policy (``Reservation``) decides R, the slots asked for; the placement
+(``Placement``) decides where they go and how many are actually held (a buddy block rounds R up
+to a power of two, a fixed slot is always max_model_len). Free slots between regions are the
+external fragmentation whenever a request waits for memory.
+
+Without a final length (allowed for 'max' and 'slots' only), the worst case is assumed: the
+sequence may grow to its region, so F = R = max_model_len in the accounting. A sequence that
+grows past its declared final length (inside its region) has its final length raised to match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pagedkv.errors import ConfigError, IntegrityError, UnknownSequenceError
+from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
+from pagedkv.memory.interface import AllocStatus, SeqId, SlotCopy
+from pagedkv.memory.placement import AddressSpace, BuddySpace, FirstFitSpace, FixedSlotSpace
+from pagedkv.memory.usage import MemoryUsage
+from pagedkv.validation import check_int
+
+
+@dataclass
+class _Region:
+    """One live sequence's region and counters."""
+
+    start: int
+    held: int  # A: slots actually held (>= the reservation R asked for)
+    reserved: int  # R
+    tokens: int  # T
+    final: int  # F (>= T)
+
+    def books(self) -> tuple[int, int, int]:
+        """(token states, reservation, internal fragmentation) of this region."""
+        filled = min(self.held, self.final)
+        return self.tokens, filled - self.tokens, self.held - filled
+
+
+class ContiguousAllocator:
+    """A ``KVAllocator`` with one contiguous region per sequence, reserved up front.
+
+    ``usage()`` is O(1): the three per-sequence sums are kept as counters, updated on every
+    change; ``check_integrity()`` recomputes them from scratch. No prefix caching (``allocate``
+    returns 0 hits) and no swap (a region is copied, never paged).
+    """
+
+    def __init__(self, config: ContiguousConfig) -> None:
+        if not isinstance(config, ContiguousConfig):
+            raise ConfigError("config", config, "must be a ContiguousConfig")
+        self.config = config
+        self._space: AddressSpace
+        if config.reservation is Reservation.SLOTS:
+            self._space = FixedSlotSpace(config.capacity, config.max_model_len)
+        elif config.placement is Placement.BUDDY:
+            self._space = BuddySpace(config.capacity)
+        else:
+            self._space = FirstFitSpace(config.capacity)
+        self._seqs: dict[SeqId, _Region] = {}
+        self._token_states = 0
+        self._reservation = 0
+        self._internal = 0
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def capacity(self) -> int:
+        """C: the address space in token slots."""
+        return self.config.capacity
+
+    @property
+    def space(self) -> AddressSpace:
+        """The address space (read it, do not change it: the books would go stale)."""
+        return self._space
+
+    @property
+    def num_free_slots(self) -> int:
+        """Slots held by no region (usable or not)."""
+        return self._space.free_slots
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self._seqs)
+
+    def has_seq(self, seq_id: SeqId) -> bool:
+        return seq_id in self._seqs
+
+    def num_tokens(self, seq_id: SeqId) -> int:
+        return self._get(seq_id).tokens
+
+    def region(self, seq_id: SeqId) -> tuple[int, int]:
+        """(start, slots actually held) of the sequence's region, e.g. to draw a block map."""
+        r = self._get(seq_id)
+        return r.start, r.held
+
+    def reservation_for(self, final_len: int | None) -> int:
+        """R, the slots asked for a request of final length ``final_len`` (prompt + output).
+
+        'max' and 'slots': max_model_len; 'pow2': the next power of two >= final_len, capped
+        at max_model_len; 'oracle': final_len exactly. 'pow2' and 'oracle' need final_len.
+        """
+        policy, mml = self.config.reservation, self.config.max_model_len
+        if policy in (Reservation.MAX, Reservation.SLOTS):
+            return mml
+        if final_len is None:
+            raise ConfigError(
+                "final_len", None, f"reservation {policy.value!r} needs the final length"
+            )
+        if policy is Reservation.POW2:
+            return min(1 << (final_len - 1).bit_length(), mml)
+        return final_len
+
+    def usage(self, waiting_for_memory: bool = False) -> MemoryUsage:
+        return MemoryUsage.from_books(
+            self.capacity,
+            self._token_states,
+            self._reservation,
+            self._internal,
+            waiting_for_memory,
+        )
+
+    # ----------------------------------------------------------------------------- changes
+    def can_allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> AllocStatus:
+        """NEVER if it could not fit in the empty space; LATER if no hole is big enough now
+        (even when enough slots are free in total: external fragmentation); else OK.
+        Changes nothing. A ``seq_id`` already held is misuse: ``UnknownSequenceError``."""
+        self._check_new(seq_id)
+        return self._plan(num_tokens, final_len)[0]
+
+    def allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> int | None:
+        """Reserve the region for ``seq_id``'s whole life; 0 prefix hits, or ``None`` if no room."""
+        self._check_new(seq_id)
+        status, reserved, final = self._plan(num_tokens, final_len)
+        if status is not AllocStatus.OK:
+            return None
+        self._place(seq_id, reserved, num_tokens, final)
+        return 0
+
+    def append_slots(
+        self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None
+    ) -> list[SlotCopy] | None:
+        """[] if the tokens fit in the region (up to max_model_len), else ``None``: a contiguous
+        region cannot grow in place, and moving it is the scheduler's business (preempt)."""
+        r = self._get(seq_id)
+        check_int("num_tokens", num_tokens, 0)
+        if r.tokens + num_tokens > min(r.held, self.config.max_model_len):
+            return None
+        self._count(r, -1)
+        r.tokens += num_tokens
+        r.final = max(r.final, r.tokens)
+        self._count(r, +1)
+        return []
+
+    def fork(
+        self, parent: SeqId, child: SeqId, *, final_len: int | None = None
+    ) -> list[SlotCopy] | None:
+        """A region of the child's own (nothing is shared), filled by copying the parent's
+        tokens; ``final_len`` defaults to the parent's. ``None`` if no room."""
+        p = self._get(parent)
+        self._check_new(child)
+        status, reserved, final = self._plan(p.tokens, p.final if final_len is None else final_len)
+        if status is not AllocStatus.OK:
+            return None
+        start = self._place(child, reserved, p.tokens, final)
+        return [SlotCopy(p.start, start, p.tokens)]
+
+    def free(self, seq_id: SeqId) -> None:
+        r = self._get(seq_id)
+        del self._seqs[seq_id]
+        self._space.free(r.start)
+        self._count(r, -1)
+
+    def check_integrity(self) -> None:
+        """The space partitions [0, C); every sequence holds its region; counters are fresh."""
+        self._space.check_integrity()
+        held = dict(self._space.regions())
+        if len(held) != len(self._seqs):
+            raise IntegrityError(f"{len(held)} regions in the space, {len(self._seqs)} sequences")
+        sums = [0, 0, 0]
+        for seq_id, r in self._seqs.items():
+            if held.get(r.start) != r.held or r.held < r.reserved:
+                raise IntegrityError(f"sequence {seq_id!r}: region {r} not held as recorded")
+            if not 0 <= r.tokens <= min(r.held, r.final):
+                raise IntegrityError(f"sequence {seq_id!r}: {r.tokens} tokens do not fit {r}")
+            for i, v in enumerate(r.books()):
+                sums[i] += v
+        counters = [self._token_states, self._reservation, self._internal]
+        if sums != counters:
+            raise IntegrityError(f"counters {counters} != recomputed {sums}")
+
+    # ----------------------------------------------------------------------------- helpers
+    def _plan(self, num_tokens: int, final_len: int | None) -> tuple[AllocStatus, int, int]:
+        """(status, R, F) for a new region; validates the arguments; changes nothing."""
+        check_int("num_tokens", num_tokens, 0)
+        if final_len is not None:
+            check_int("final_len", final_len, 1)
+            if final_len < num_tokens:
+                raise ConfigError("final_len", final_len, f"must be >= num_tokens ({num_tokens})")
+        mml = self.config.max_model_len
+        reserved = self.reservation_for(final_len)  # raises if the policy needs final_len
+        final = reserved if final_len is None else final_len
+        if max(num_tokens, final) > mml or num_tokens > reserved:
+            return AllocStatus.NEVER, reserved, final
+        if not self._space.can_ever_fit(reserved):
+            return AllocStatus.NEVER, reserved, final
+        status = AllocStatus.OK if self._space.fits_now(reserved) else AllocStatus.LATER
+        return status, reserved, final
+
+    def _place(self, seq_id: SeqId, reserved: int, tokens: int, final: int) -> int:
+        start = self._space.alloc(reserved)
+        if start is None:
+            raise IntegrityError(f"the space refused {reserved} slots it said would fit")
+        r = _Region(start, self._space.allocated_size(start), reserved, tokens, final)
+        self._seqs[seq_id] = r
+        self._count(r, +1)
+        return start
+
+    def _count(self, r: _Region, sign: int) -> None:
+        t, res, internal = r.books()
+        self._token_states += sign * t
+        self._reservation += sign * res
+        self._internal += sign * internal
+
+    def _get(self, seq_id: SeqId) -> _Region:
+        try:
+            return self._seqs[seq_id]
+        except KeyError:
+            raise UnknownSequenceError(f"unknown sequence id {seq_id!r}") from None
+
+    def _check_new(self, seq_id: SeqId) -> None:
+        if seq_id in self._seqs:
+            raise UnknownSequenceError(f"sequence id {seq_id!r} is already allocated")

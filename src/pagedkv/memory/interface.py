@@ -1,0 +1,103 @@
+"""The one interface the scheduler sees, shared by the paged manager and the contiguous baselines.
+
+can/do pairs: ``can_allocate`` answers OK / LATER / NEVER and never changes state; ``allocate``,
+``append_slots`` and ``fork`` return ``None`` when there is no room and then change nothing.
+Exceptions are for misuse (unknown sequence id) or broken invariants only.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from pagedkv.memory.usage import MemoryUsage
+
+SeqId = Hashable
+"""Any hashable sequence id (an int, a string, a (request, index) tuple...)."""
+
+
+class AllocStatus(enum.Enum):
+    """The answer of ``can_allocate``."""
+
+    OK = "ok"
+    """Room now."""
+    LATER = "later"
+    """No room now (or it would eat into the watermark); would fit in an emptier pool."""
+    NEVER = "never"
+    """Cannot fit even in an empty pool: reject, do not queue."""
+
+
+class BlockCopy(NamedTuple):
+    """Copy the K/V of GPU block ``src`` into GPU block ``dst`` (copy-on-write)."""
+
+    src: int
+    dst: int
+
+
+class SlotCopy(NamedTuple):
+    """Copy ``length`` token slots starting at ``src`` to ``dst`` in a linear address space."""
+
+    src: int
+    dst: int
+    length: int
+
+
+class SwapMapping(NamedTuple):
+    """Copy block ``src`` of one pool into block ``dst`` of the other (GPU->CPU on swap out,
+    CPU->GPU on swap in)."""
+
+    src: int
+    dst: int
+
+
+@runtime_checkable
+class KVAllocator(Protocol):
+    """What the paged manager and the contiguous allocators both offer."""
+
+    @property
+    def capacity(self) -> int:
+        """C: KV capacity in token slots."""
+        ...
+
+    def can_allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> AllocStatus: ...
+
+    def allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> int | None:
+        """Give ``seq_id`` slots for its first ``num_tokens`` tokens; return how many of them are
+        already computed (prefix-cache hits; 0 without caching), or ``None`` if no room."""
+        ...
+
+    def append_slots(
+        self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None
+    ) -> list[BlockCopy] | list[SlotCopy] | None:
+        """Slots for ``num_tokens`` more tokens; the copies to perform first, or ``None``
+        if no room."""
+        ...
+
+    def fork(
+        self, parent: SeqId, child: SeqId, *, final_len: int | None = None
+    ) -> list[BlockCopy] | list[SlotCopy] | None: ...
+
+    def free(self, seq_id: SeqId) -> None: ...
+
+    def has_seq(self, seq_id: SeqId) -> bool: ...
+
+    def num_tokens(self, seq_id: SeqId) -> int: ...
+
+    def usage(self, waiting_for_memory: bool = False) -> MemoryUsage: ...
+
+    def check_integrity(self) -> None: ...

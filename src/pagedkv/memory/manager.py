@@ -1,0 +1,515 @@
+"""KVCacheManager: the paged books, and the only memory API the scheduler uses.
+
+It answers whether a sequence fits (``can_allocate``: OK / LATER / NEVER), hands out slots
+(``allocate``, ``append_slots``), shares them (``fork``, prefix-cache hits), takes them back
+(``free``), moves them between GPU and CPU (``swap_out`` / ``swap_in``), and returns the block
+copies and swaps an executor must perform. It never picks victims: that is the scheduler's job.
+"No room" is a ``None`` return that changed nothing, never an exception.
+
+Accounting is incremental (O(1) per token, O(blocks) per allocate/free), so ``usage()`` is
+O(1); ``check_integrity()`` recomputes everything from the tables and compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pagedkv.errors import ConfigError, IntegrityError, UnknownSequenceError
+from pagedkv.memory.block_pool import BlockPool
+from pagedkv.memory.block_table import BlockTable, cdiv
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId, SwapMapping
+from pagedkv.memory.prefix_hash import BlockHash, hash_block, hash_blocks
+from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.usage import MemoryUsage
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """The cached full blocks that start a token sequence, and the tokens they already hold."""
+
+    blocks: tuple[int, ...]
+    num_computed_tokens: int
+    block_keys: tuple[BlockHash, ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Usage counters of a ``KVCacheManager`` (cumulative ones count since construction)."""
+
+    num_gpu_blocks: int
+    num_free_blocks: int
+    num_cached_free_blocks: int
+    num_cpu_blocks: int
+    num_free_cpu_blocks: int
+    num_seqs: int
+    num_swapped_seqs: int
+    prefix_query_tokens: int
+    prefix_hit_tokens: int
+    evictions: int
+    cow_copies: int
+    swapped_out_blocks: int
+    swapped_in_blocks: int
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """prefix_hit_tokens / prefix_query_tokens (0 when nothing was queried)."""
+        return (
+            self.prefix_hit_tokens / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+        )
+
+
+def _to_salt(cache_salt: str | bytes | None) -> bytes | None:
+    return cache_salt.encode() if isinstance(cache_salt, str) else cache_salt
+
+
+class KVCacheManager:
+    """Paged KV memory: a GPU block pool, a CPU swap pool, one block table per sequence."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self.gpu = BlockPool(config.num_gpu_blocks, enable_caching=config.enable_prefix_caching)
+        self.cpu = BlockPool(config.num_cpu_blocks)
+        self._tables: dict[SeqId, BlockTable] = {}  # sequences whose blocks are on the GPU
+        self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
+        self._token_slots = 0  # distinct used GPU slots holding a token
+        self._tails = TailBooks(self.block_size)
+        self._prefix_queries = 0
+        self._prefix_hits = 0
+        self._cow_copies = 0
+        self._swapped_out = 0
+        self._swapped_in = 0
+
+    # ----- queries -----------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """C = num_gpu_blocks x block_size."""
+        return self.config.capacity
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.gpu.num_free
+
+    def has_seq(self, seq_id: SeqId) -> bool:
+        """Is ``seq_id`` allocated on the GPU?"""
+        return seq_id in self._tables
+
+    def is_swapped(self, seq_id: SeqId) -> bool:
+        return seq_id in self._swapped
+
+    def num_tokens(self, seq_id: SeqId) -> int:
+        return self._any_table(seq_id).num_tokens
+
+    def block_ids(self, seq_id: SeqId) -> list[int]:
+        """The physical blocks of ``seq_id`` (GPU ids, or CPU ids while swapped out)."""
+        return list(self._any_table(seq_id).blocks)
+
+    def seq_ids(self) -> list[SeqId]:
+        return list(self._tables)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that hold ``num_tokens`` tokens."""
+        return cdiv(num_tokens, self.block_size)
+
+    @property
+    def stats(self) -> CacheStats:
+        return CacheStats(
+            num_gpu_blocks=self.gpu.num_blocks,
+            num_free_blocks=self.gpu.num_free,
+            num_cached_free_blocks=self.gpu.num_cached_free,
+            num_cpu_blocks=self.cpu.num_blocks,
+            num_free_cpu_blocks=self.cpu.num_free,
+            num_seqs=len(self._tables),
+            num_swapped_seqs=len(self._swapped),
+            prefix_query_tokens=self._prefix_queries,
+            prefix_hit_tokens=self._prefix_hits,
+            evictions=self.gpu.num_evictions,
+            cow_copies=self._cow_copies,
+            swapped_out_blocks=self._swapped_out,
+            swapped_in_blocks=self._swapped_in,
+        )
+
+    def usage(self, waiting_for_memory: bool = False) -> MemoryUsage:
+        """The five categories of the GPU capacity, from the books (O(1)).
+
+        Cached free blocks (prefix caching) are free: any allocation may evict them.
+        """
+        return MemoryUsage.from_books(
+            self.capacity,
+            self._token_slots,
+            self._tails.reservation,
+            self._tails.internal,
+            waiting_for_memory,
+        )
+
+    # ----- prefix cache ---------------------------------------------------------------------
+    def lookup_prefix(
+        self, token_ids: Sequence[int], *, cache_salt: str | bytes | None = None
+    ) -> PrefixHit:
+        """Cached full blocks that start ``token_ids`` (no side effect).
+
+        The last token is never a hit: its logits are needed, so it must be computed. Hits are
+        therefore whole blocks within the first len(token_ids) - 1 tokens.
+        """
+        if not self.config.enable_prefix_caching or len(token_ids) < 2:
+            return PrefixHit((), 0)
+        bs = self.block_size
+        salt = _to_salt(cache_salt)
+        blocks: list[int] = []
+        keys: list[BlockHash] = []
+        for j in range((len(token_ids) - 1) // bs):
+            key = hash_block(keys[-1] if keys else None, token_ids[j * bs : (j + 1) * bs], salt)
+            block = self.gpu.lookup(key)
+            if block is None:
+                break
+            blocks.append(block)
+            keys.append(key)
+        return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys))
+
+    # ----- admission --------------------------------------------------------------------------
+    def can_allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+        cache_salt: str | bytes | None = None,
+    ) -> AllocStatus:
+        """Can ``seq_id`` get slots for its first ``num_tokens`` tokens now?
+
+        NEVER: not even an empty pool would do: the tokens need more blocks than the pool minus
+        the watermark, or the final length more blocks than the whole pool.
+        LATER: it would leave fewer than the watermark's blocks free.
+        """
+        self._check_new(seq_id, num_tokens, token_ids)
+        needed = self.blocks_for(num_tokens)
+        total = self.gpu.num_blocks
+        wm = self.config.watermark_blocks
+        if total - needed < wm or (final_len is not None and self.blocks_for(final_len) > total):
+            return AllocStatus.NEVER
+        hit = self._hit(num_tokens, token_ids, cache_salt)
+        if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
+            return AllocStatus.LATER
+        return AllocStatus.OK
+
+    def allocate(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+        cache_salt: str | bytes | None = None,
+    ) -> int | None:
+        """A table for ``seq_id`` with slots for its first ``num_tokens`` tokens.
+
+        ``token_ids`` (optional, at least ``num_tokens`` long, may be the whole prompt) enable
+        prefix caching: cached blocks among the first min(num_tokens, len(token_ids)) - 1 tokens
+        are reused. Returns the number of tokens already computed (the hit), or ``None`` if the
+        free blocks do not suffice (the watermark is ``can_allocate``'s business, not this).
+        """
+        self._check_new(seq_id, num_tokens, token_ids)
+        hit = self._hit(num_tokens, token_ids, cache_salt)
+        if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
+            return None
+        salt = _to_salt(cache_salt)
+        table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
+        table.block_hashes = list(hit.block_keys)
+        for block in hit.blocks:  # take the hits first so allocating cannot evict them
+            if self.gpu.ref_counts[block] == 0:
+                self._token_slots += self.block_size
+            self.gpu.incref(block)
+        table.blocks = list(hit.blocks)
+        table.num_tokens = hit.num_computed_tokens
+        table.append_slots(self.gpu, num_tokens - hit.num_computed_tokens)
+        self._token_slots += num_tokens - hit.num_computed_tokens
+        self._register_keys(table)
+        if token_ids is not None and self.config.enable_prefix_caching:
+            self._prefix_queries += num_tokens
+            self._prefix_hits += hit.num_computed_tokens
+        self._tables[seq_id] = table
+        self._tails.track(seq_id, table)
+        return hit.num_computed_tokens
+
+    # ----- growth and sharing -----------------------------------------------------------------
+    def append_slots(
+        self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None
+    ) -> list[BlockCopy] | None:
+        """Slots for ``num_tokens`` more tokens of ``seq_id``.
+
+        Returns the copy-on-write copies to perform before writing (empty when none), or
+        ``None``, changing nothing, when the free blocks do not suffice.
+        """
+        table = self._gpu_table(seq_id)
+        if num_tokens < 0:
+            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
+        fill = table.num_tokens % self.block_size
+        if (
+            fill
+            and 0 < num_tokens <= self.block_size - fill
+            and self.gpu.ref_counts[table.blocks[-1]] == 1
+        ):
+            # Fast path (most decode steps): the tokens go into the sequence's own partial
+            # last block; no block is taken, nothing is copied, only the tail's books move.
+            table.num_tokens += num_tokens
+            self._tails.advance(seq_id, table, fill)
+            self._token_slots += num_tokens
+            if table.tokens_known:
+                table.note_token_ids(num_tokens, token_ids)
+                if fill + num_tokens == self.block_size:
+                    self._register_keys(table)
+            return []
+        cow = table.needs_cow(self.gpu, num_tokens)
+        if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
+            return None
+        self._tails.untrack(seq_id, table)
+        copies = table.append_slots(self.gpu, num_tokens)
+        table.note_token_ids(num_tokens, token_ids)
+        # Copy-on-write duplicates the last block's tokens into a new physical block.
+        copied = (table.num_tokens - num_tokens) % self.block_size if copies else 0
+        self._token_slots += num_tokens + copied
+        self._cow_copies += len(copies)
+        self._register_keys(table)
+        self._tails.track(seq_id, table)
+        return copies
+
+    def fork(
+        self, parent: SeqId, child: SeqId, *, final_len: int | None = None
+    ) -> list[BlockCopy] | None:
+        """``child`` shares every block of ``parent`` (reference counts + 1). Never needs room,
+        so it returns ``[]``: copies happen lazily, on the first append into a shared block."""
+        table = self._gpu_table(parent)
+        if child in self._tables or child in self._swapped:
+            raise UnknownSequenceError(f"sequence {child!r} is already allocated")
+        child_table = table.fork(self.gpu, final_len if final_len is not None else table.final_len)
+        self._tables[child] = child_table
+        self._tails.track(child, child_table)
+        return []
+
+    def free(self, seq_id: SeqId) -> None:
+        """Release every block of ``seq_id`` (GPU or swapped), last block first."""
+        if seq_id in self._swapped:
+            self._swapped.pop(seq_id).release(self.cpu)
+            return
+        table = self._gpu_table(seq_id)
+        self._tails.untrack(seq_id, table)
+        self._release_gpu(table)
+        del self._tables[seq_id]
+
+    # ----- swapping ---------------------------------------------------------------------------
+    def can_swap_out(self, seq_ids: Iterable[SeqId]) -> bool:
+        """Does the CPU pool have a block for every distinct GPU block of these sequences?"""
+        return len(self._distinct_blocks(seq_ids, self._tables)) <= self.cpu.num_free
+
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
+        """Move these sequences (swap a sequence group together) to the CPU pool.
+
+        Returns the GPU -> CPU block copies to perform, or ``None`` (changing nothing) if the CPU
+        pool is short. Blocks shared among the sequences stay shared on the CPU. A block also
+        referenced by a sequence that stays on the GPU is copied, and stays there for the other.
+        """
+        ids = list(seq_ids)
+        distinct = self._distinct_blocks(ids, self._tables)
+        if len(distinct) > self.cpu.num_free:
+            return None
+        to_cpu = {gpu: self.cpu.allocate() for gpu in distinct}
+        for seq_id in ids:
+            table = self._tables.pop(seq_id)
+            self._tails.untrack(seq_id, table)
+            gpu_blocks = list(table.blocks)
+            self._release_gpu(table)
+            table.blocks = [to_cpu[b] for b in gpu_blocks]
+            self._swapped[seq_id] = table
+        for cpu_block, refs in self._count_refs(ids, self._swapped).items():
+            for _ in range(refs - 1):  # allocate() gave one reference already
+                self.cpu.incref(cpu_block)
+        self._swapped_out += len(to_cpu)
+        return [SwapMapping(g, c) for g, c in to_cpu.items()]
+
+    def can_swap_in(self, seq_ids: Iterable[SeqId]) -> AllocStatus:
+        """Would swapping these sequences back in fit, honouring the watermark?"""
+        needed = self._swap_in_blocks_taken(list(seq_ids))
+        wm = self.config.watermark_blocks
+        if self.gpu.num_blocks - needed < wm:
+            return AllocStatus.NEVER
+        return AllocStatus.OK if self.gpu.num_free - needed >= wm else AllocStatus.LATER
+
+    def swap_in(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
+        """Bring swapped sequences back; CPU -> GPU copies to perform, or ``None`` if no room.
+
+        A block whose key is still in the GPU prefix cache is reused without a copy.
+        """
+        ids = list(seq_ids)
+        if self._swap_in_blocks_taken(ids) > self.gpu.num_free:
+            return None
+        to_gpu: dict[int, int] = {}
+        copies: list[SwapMapping] = []
+        for seq_id in ids:
+            table = self._swapped.pop(seq_id)
+            cpu_blocks = list(table.blocks)
+            for j, cpu_block in enumerate(cpu_blocks):
+                if cpu_block not in to_gpu:
+                    to_gpu[cpu_block] = self._gpu_block_for_swap_in(table, j, cpu_block, copies)
+                else:
+                    self.gpu.incref(to_gpu[cpu_block])
+            table.release(self.cpu)
+            table.blocks = [to_gpu[c] for c in cpu_blocks]
+            self._register_keys(table)
+            self._tables[seq_id] = table
+            self._tails.track(seq_id, table)
+        self._swapped_in += len(copies)
+        return copies
+
+    # ----- integrity --------------------------------------------------------------------------
+    def check_integrity(self) -> None:
+        """Recompute the books from the tables and compare; raise IntegrityError on any gap."""
+        overlap = self._tables.keys() & self._swapped.keys()
+        if overlap:
+            raise IntegrityError(f"sequences both on GPU and swapped: {sorted(map(str, overlap))}")
+        for pool, tables in ((self.gpu, self._tables), (self.cpu, self._swapped)):
+            expected = [0] * pool.num_blocks
+            for table in tables.values():
+                for b in table.blocks:
+                    expected[b] += 1
+            pool.check_integrity(expected)
+        slots: dict[int, int] = {}
+        for seq_id, table in {**self._tables, **self._swapped}.items():
+            if len(table.blocks) != self.blocks_for(table.num_tokens):
+                raise IntegrityError(f"sequence {seq_id!r} holds a wrong number of blocks")
+            if seq_id in self._tables:
+                for j, b in enumerate(table.blocks):
+                    if slots.setdefault(b, table.fill(j)) != table.fill(j):
+                        raise IntegrityError(f"shared block {b} has different fills")
+                    key = self.gpu.block_hash[b]
+                    if key is not None and (
+                        j >= len(table.block_hashes) or table.block_hashes[j] != key
+                    ):
+                        raise IntegrityError(
+                            f"block {b} is cached under a key its tokens do not give"
+                        )
+            self._check_keys(seq_id, table)
+        if sum(slots.values()) != self._token_slots:
+            raise IntegrityError(
+                f"token slots: books {self._token_slots}, tables {sum(slots.values())}"
+            )
+        self._tails.check(self._tables)
+
+    # ----- internals --------------------------------------------------------------------------
+    def _check_keys(self, seq_id: SeqId, table: BlockTable) -> None:
+        if not table.block_hashes:
+            return
+        want = hash_blocks(
+            table.token_ids, self.block_size, table.salt, None, len(table.block_hashes)
+        )
+        if want != table.block_hashes:
+            raise IntegrityError(f"sequence {seq_id!r}: block keys do not match its token ids")
+
+    def _any_table(self, seq_id: SeqId) -> BlockTable:
+        table = self._tables.get(seq_id)
+        if table is None:
+            table = self._swapped.get(seq_id)
+        if table is None:
+            raise UnknownSequenceError(f"unknown sequence {seq_id!r}")
+        return table
+
+    def _gpu_table(self, seq_id: SeqId) -> BlockTable:
+        table = self._tables.get(seq_id)
+        if table is None:
+            where = "is swapped out" if seq_id in self._swapped else "is not allocated"
+            raise UnknownSequenceError(f"sequence {seq_id!r} {where}")
+        return table
+
+    def _check_new(self, seq_id: SeqId, num_tokens: int, token_ids: Sequence[int] | None) -> None:
+        if seq_id in self._tables or seq_id in self._swapped:
+            raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
+        if token_ids is not None and len(token_ids) < num_tokens:
+            raise ConfigError(
+                "token_ids", len(token_ids), f"must hold at least num_tokens={num_tokens} ids"
+            )
+
+    def _hit(
+        self, num_tokens: int, token_ids: Sequence[int] | None, cache_salt: str | bytes | None
+    ) -> PrefixHit:
+        if token_ids is None:
+            return PrefixHit((), 0)
+        return self.lookup_prefix(token_ids[:num_tokens], cache_salt=cache_salt)
+
+    def _free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
+        """Free-queue entries an allocation consumes: every block but hits already in use."""
+        shared = sum(1 for b in hit.blocks if self.gpu.ref_counts[b] > 0)
+        return self.blocks_for(num_tokens) - shared
+
+    def _register_keys(self, table: BlockTable) -> None:
+        """Key the blocks that became full with known tokens (only with prefix caching on)."""
+        if self.config.enable_prefix_caching and table.tokens_known:
+            for j, key in table.new_block_keys():
+                self.gpu.cache_block(table.blocks[j], key)
+
+    def _release_gpu(self, table: BlockTable) -> None:
+        if not table.blocks:
+            return
+        # Every block but the last is full, so only the last one's fill needs looking up.
+        last, last_fill = table.blocks[-1], table.fill(len(table.blocks) - 1)
+        freed = table.release(self.gpu)
+        self._token_slots -= self.block_size * len(freed)
+        if freed and freed[0] == last:
+            self._token_slots -= last_fill - self.block_size
+
+    @staticmethod
+    def _distinct_blocks(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> list[int]:
+        seen: dict[int, None] = {}
+        for seq_id in seq_ids:
+            if seq_id not in tables:
+                raise UnknownSequenceError(f"sequence {seq_id!r} is not in the expected pool")
+            seen.update(dict.fromkeys(tables[seq_id].blocks))
+        return list(seen)
+
+    @staticmethod
+    def _count_refs(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> dict[int, int]:
+        refs: dict[int, int] = {}
+        for seq_id in seq_ids:
+            for b in tables[seq_id].blocks:
+                refs[b] = refs.get(b, 0) + 1
+        return refs
+
+    def _cached_gpu_block(self, table: BlockTable, j: int) -> int | None:
+        if self.config.enable_prefix_caching and j < len(table.block_hashes):
+            return self.gpu.lookup(table.block_hashes[j])
+        return None
+
+    def _swap_in_blocks_taken(self, seq_ids: list[SeqId]) -> int:
+        """Free-queue entries a swap-in consumes (cached blocks already in use cost none)."""
+        taken = 0
+        seen: set[int] = set()
+        for seq_id in seq_ids:
+            if seq_id not in self._swapped:
+                raise UnknownSequenceError(f"sequence {seq_id!r} is not swapped out")
+            table = self._swapped[seq_id]
+            for j, cpu_block in enumerate(table.blocks):
+                if cpu_block in seen:
+                    continue
+                seen.add(cpu_block)
+                cached = self._cached_gpu_block(table, j)
+                taken += int(cached is None or self.gpu.ref_counts[cached] == 0)
+        return taken
+
+    def _gpu_block_for_swap_in(
+        self, table: BlockTable, j: int, cpu_block: int, copies: list[SwapMapping]
+    ) -> int:
+        cached = self._cached_gpu_block(table, j)
+        if cached is not None:  # the GPU still holds this block's K/V: no copy needed
+            if self.gpu.ref_counts[cached] == 0:
+                self._token_slots += table.fill(j)
+            self.gpu.incref(cached)
+            return cached
+        gpu_block = self.gpu.allocate()
+        self._token_slots += table.fill(j)
+        if self.config.enable_prefix_caching and j < len(table.block_hashes):
+            self.gpu.cache_block(gpu_block, table.block_hashes[j])
+        copies.append(SwapMapping(cpu_block, gpu_block))
+        return gpu_block

@@ -1,0 +1,61 @@
+"""Content keys for prefix caching: a block's key is chained over its parent's key.
+
+    key(block 0) = SHA-256( ROOT   | salt | tokens[0 : bs] )
+    key(block j) = SHA-256( key(j-1) | tokens[j*bs : (j+1)*bs] )
+
+so equal keys mean equal tokens *and* equal prefixes, which is what K/V depend on.
+
+Why SHA-256 and not Python's ``hash()``: the key decides whether two requests share K/V
+memory. ``hash()`` is 64 bits, randomised per process for str/bytes and trivially collidable for
+ints, so two different prefixes could map to one block and a request would silently attend to
+another request's K/V (vLLM moved to SHA-256 for the same reason). SHA-256 has no known
+collisions and its 32-byte digests are stable across processes and machines, which keeps runs
+deterministic. Token ids are encoded as fixed-width little-endian int64 and the salt with a
+length prefix, so no two different inputs share an encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+BlockHash = bytes
+"""A 32-byte SHA-256 digest."""
+
+ROOT: BlockHash = bytes(32)
+"""The parent key of a sequence's first block."""
+
+
+def hash_block(
+    parent: BlockHash | None, token_ids: Sequence[int], salt: bytes | None = None
+) -> BlockHash:
+    """Key of one full block given its parent's key (``None`` for the first block).
+
+    ``salt`` (for example a per-tenant cache salt) only enters the first block's key; the chain
+    carries it to every later block.
+    """
+    h = hashlib.sha256(ROOT if parent is None else parent)
+    if parent is None and salt:
+        h.update(struct.pack("<q", len(salt)))
+        h.update(salt)
+    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    return h.digest()
+
+
+def hash_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    salt: bytes | None = None,
+    parent: BlockHash | None = None,
+    max_blocks: int | None = None,
+) -> list[BlockHash]:
+    """Keys of the consecutive full blocks of ``token_ids`` (a trailing partial block has none)."""
+    n = len(token_ids) // block_size
+    if max_blocks is not None:
+        n = min(n, max_blocks)
+    keys: list[BlockHash] = []
+    for j in range(n):
+        parent = hash_block(parent, token_ids[j * block_size : (j + 1) * block_size], salt)
+        keys.append(parent)
+    return keys

@@ -1,0 +1,110 @@
+"""Books for the partially filled last blocks: where paged memory's reservation and internal
+fragmentation live.
+
+A paged sequence holds ceil(T / bs) blocks, so only its last block can have empty slots. Those
+slots are reservation if the sequence will fill them (its final length F reaches them) and
+internal fragmentation if it never will::
+
+    last block:  | tokens (fill) | reservation ... want | internal frag ... bs |
+                 0               f                      w                     bs
+
+    w = min(bs, F - start_of_block)   (bs when F is unknown: assume it will fill up)
+
+After a fork, parent and child share the partial last block until one appends (copy-on-write);
+a shared slot counts once, so a block's w is the largest among the sequences that end in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pagedkv.errors import IntegrityError
+from pagedkv.memory.block_table import BlockTable
+from pagedkv.memory.interface import SeqId
+
+
+class TailBooks:
+    """Running sums of reservation and internal fragmentation over partial last blocks."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._wants: dict[int, dict[SeqId, int]] = {}
+        self._fill: dict[int, int] = {}
+        self.reservation = 0
+        self.internal = 0
+
+    def _tail(self, table: BlockTable) -> tuple[int, int, int] | None:
+        """(block, fill, want) of the table's partial last block, or None if it has none."""
+        n = len(table.blocks)
+        if n == 0:
+            return None
+        fill = table.fill(n - 1)
+        if fill == self.block_size:
+            return None
+        start = (n - 1) * self.block_size
+        final = table.final_len
+        want = self.block_size if final is None else min(self.block_size, max(final - start, fill))
+        return table.blocks[-1], fill, want
+
+    def _add(self, block: int, sign: int) -> None:
+        want = max(self._wants[block].values())
+        self.reservation += sign * (want - self._fill[block])
+        self.internal += sign * (self.block_size - want)
+
+    def track(self, seq_id: SeqId, table: BlockTable) -> None:
+        """Count the table's last block (call after the table changed)."""
+        tail = self._tail(table)
+        if tail is None:
+            return
+        block, fill, want = tail
+        if block in self._wants:
+            self._add(block, -1)
+        self._wants.setdefault(block, {})[seq_id] = want
+        self._fill[block] = fill
+        self._add(block, +1)
+
+    def untrack(self, seq_id: SeqId, table: BlockTable) -> None:
+        """Stop counting the table's last block (call before the table changes)."""
+        tail = self._tail(table)
+        if tail is None:
+            return
+        block = tail[0]
+        self._add(block, -1)
+        del self._wants[block][seq_id]
+        if self._wants[block]:
+            self._add(block, +1)
+        else:
+            del self._wants[block], self._fill[block]
+
+    def advance(self, seq_id: SeqId, table: BlockTable, old_fill: int) -> None:
+        """Fast path of untrack + track for tokens written into the table's own partial last
+        block (not shared, no new block): ``table`` already holds the new tokens."""
+        bs = self.block_size
+        block = table.blocks[-1]
+        wants = self._wants[block]
+        old_want = wants[seq_id]
+        self.reservation -= old_want - old_fill
+        self.internal -= bs - old_want
+        fill = table.num_tokens - (len(table.blocks) - 1) * bs
+        if fill == bs:
+            del self._wants[block], self._fill[block]
+            return
+        final = table.final_len
+        start = table.num_tokens - fill
+        want = bs if final is None else min(bs, max(final - start, fill))
+        wants[seq_id] = want
+        self._fill[block] = fill
+        self.reservation += want - fill
+        self.internal += bs - want
+
+    def check(self, tables: Mapping[SeqId, BlockTable]) -> None:
+        """Recompute from scratch and compare with the running sums."""
+        fresh = TailBooks(self.block_size)
+        for seq_id, table in tables.items():
+            fresh.track(seq_id, table)
+        got = (self.reservation, self.internal, self._wants)
+        want = (fresh.reservation, fresh.internal, fresh._wants)
+        if got != want:
+            raise IntegrityError(
+                f"tail books off: reservation/internal {got[:2]} but tables give {want[:2]}"
+            )

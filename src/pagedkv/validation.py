@@ -1,0 +1,66 @@
+"""Helpers for frozen, validated config dataclasses.
+
+Each config field carries its help text in ``metadata["help"]`` (the CLI reuses it), and each
+``__post_init__`` validates with the checks below, raising ``ConfigError`` that names the field,
+the value given and what is allowed, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, TypeVar
+
+from pagedkv.errors import ConfigError
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def help_field(default: Any, help: str) -> Any:
+    """A dataclass field with a default and its help text."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def field_help(cls: type, name: str) -> str:
+    """The help text of one field of a config dataclass."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return str(f.metadata.get("help", ""))
+    raise KeyError(name)
+
+
+def check_int(field: str, value: object, minimum: int | None = None) -> int:
+    """``value`` must be an int (not a bool, not a float) and at least ``minimum``."""
+    allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, value, allowed)
+    if minimum is not None and value < minimum:
+        raise ConfigError(field, value, allowed)
+    return value
+
+
+def check_fraction(field: str, value: object, *, lo: float = 0.0, hi: float = 1.0) -> float:
+    """``value`` must be a real number in ``[lo, hi)`` (``hi`` excluded)."""
+    allowed = f"must be a number in [{lo}, {hi})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(field, value, allowed)
+    if not (lo <= float(value) < hi):
+        raise ConfigError(field, value, allowed)
+    return float(value)
+
+
+def check_bool(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(field, value, "must be true or false")
+    return value
+
+
+def check_choice(field: str, value: object, enum_type: type[E]) -> E:
+    """Coerce a string (or the enum itself) into ``enum_type``, naming the allowed values if not."""
+    if isinstance(value, enum_type):
+        return value
+    for member in enum_type:
+        if value == member.value:
+            return member
+    allowed = "must be one of " + ", ".join(repr(m.value) for m in enum_type)
+    raise ConfigError(field, value, allowed)

@@ -1,0 +1,93 @@
+"""BlockPool: reference counts, the O(1) free queue in eviction order, the prefix cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.errors import IntegrityError, PagedKVError
+from pagedkv.memory.block_pool import BlockPool
+
+
+def test_allocate_takes_every_block_once_then_refuses() -> None:
+    pool = BlockPool(5)
+    got = [pool.allocate() for _ in range(5)]
+    assert sorted(got) == list(range(5))
+    assert pool.num_free == 0
+    assert pool.num_used == 5
+    with pytest.raises(PagedKVError):
+        pool.allocate()
+
+
+def test_free_only_at_zero_and_never_twice() -> None:
+    pool = BlockPool(3)
+    b = pool.allocate()
+    pool.incref(b)
+    assert pool.decref(b) is False  # still referenced
+    assert pool.num_free == 2
+    assert pool.decref(b) is True
+    assert pool.num_free == 3
+    with pytest.raises(IntegrityError):
+        pool.decref(b)
+
+
+def test_uncached_freed_block_is_reused_first() -> None:
+    pool = BlockPool(4, enable_caching=True)
+    a, b = pool.allocate(), pool.allocate()
+    assert pool.cache_block(a, b"k" * 32)
+    pool.decref(a)  # cached: goes to the tail
+    pool.decref(b)  # uncached: goes to the head
+    assert pool.free_blocks()[0] == b
+    assert pool.free_blocks()[-1] == a
+    assert pool.allocate() == b
+
+
+def test_lru_eviction_drops_the_key_of_the_least_recently_freed() -> None:
+    pool = BlockPool(2, enable_caching=True)
+    a, b = pool.allocate(), pool.allocate()
+    pool.cache_block(a, b"a" * 32)
+    pool.cache_block(b, b"b" * 32)
+    pool.decref(b)
+    pool.decref(a)  # a is the most recently used
+    assert pool.num_cached_free == 2
+    first = pool.allocate()
+    assert first == b
+    assert pool.lookup(b"b" * 32) is None
+    assert pool.lookup(b"a" * 32) == a
+    assert pool.num_evictions == 1
+    assert pool.num_cached_free == 1
+
+
+def test_hit_on_free_cached_block_takes_it_out_of_the_queue() -> None:
+    pool = BlockPool(3, enable_caching=True)
+    a = pool.allocate()
+    pool.cache_block(a, b"x" * 32)
+    pool.decref(a)
+    assert a in pool.free_blocks()
+    pool.incref(a)
+    assert a not in pool.free_blocks()
+    assert pool.ref_counts[a] == 1
+    assert pool.num_cached_free == 0
+    pool.check_integrity([1 if i == a else 0 for i in range(3)])
+
+
+def test_cache_block_keeps_the_first_holder_of_a_key() -> None:
+    pool = BlockPool(2, enable_caching=True)
+    a, b = pool.allocate(), pool.allocate()
+    assert pool.cache_block(a, b"k" * 32)
+    assert not pool.cache_block(b, b"k" * 32)
+    assert pool.lookup(b"k" * 32) == a
+    assert pool.block_hash[b] is None
+
+
+def test_caching_disabled_never_caches() -> None:
+    pool = BlockPool(2)
+    a = pool.allocate()
+    assert not pool.cache_block(a, b"k" * 32)
+    assert pool.num_cached == 0
+
+
+def test_check_integrity_catches_a_wrong_count() -> None:
+    pool = BlockPool(3)
+    pool.allocate()
+    with pytest.raises(IntegrityError):
+        pool.check_integrity([0, 0, 0])

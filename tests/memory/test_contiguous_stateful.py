@@ -1,0 +1,228 @@
+"""Random walks over every contiguous variant, checked against a simple model after each step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
+from pagedkv.memory.contiguous import ContiguousAllocator
+from pagedkv.memory.interface import AllocStatus, SlotCopy
+
+COMBOS = [
+    (Placement.FIRST_FIT, Reservation.MAX),
+    (Placement.FIRST_FIT, Reservation.POW2),
+    (Placement.FIRST_FIT, Reservation.ORACLE),
+    (Placement.FIRST_FIT, Reservation.SLOTS),
+    (Placement.BUDDY, Reservation.MAX),
+    (Placement.BUDDY, Reservation.POW2),
+    (Placement.BUDDY, Reservation.ORACLE),
+]
+SETTINGS = settings(max_examples=200, stateful_step_count=30, deadline=None)
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@dataclass
+class Seq:
+    tokens: int
+    final: int
+    held: int
+
+
+class ContiguousMachine(RuleBasedStateMachine):
+    placement: ClassVar[Placement]  # set by a subclass per combination
+    reservation: ClassVar[Reservation]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[int, Seq] = {}
+        self.next_id = 0
+
+    @initialize(
+        block_size=st.sampled_from([1, 16, 7]), num_blocks=st.integers(2, 24), data=st.data()
+    )
+    def setup(self, block_size: int, num_blocks: int, data: st.DataObject) -> None:
+        capacity = num_blocks * block_size
+        mml = data.draw(st.integers(block_size, capacity), label="max_model_len")
+        self.config = ContiguousConfig(
+            capacity=capacity,
+            max_model_len=mml,
+            placement=self.placement,
+            reservation=self.reservation,
+            block_size=block_size,
+        )
+        self.alloc = ContiguousAllocator(self.config)
+
+    # ---------------------------------------------------------------- the model's rules
+    def reserved(self, final: int | None) -> int:
+        mml = self.config.max_model_len
+        if final is None or self.reservation in (Reservation.MAX, Reservation.SLOTS):
+            return mml
+        return min(next_pow2(final), mml) if self.reservation is Reservation.POW2 else final
+
+    def held(self, reserved: int) -> int:
+        if self.reservation is Reservation.SLOTS:
+            return self.config.max_model_len
+        return next_pow2(reserved) if self.placement is Placement.BUDDY else reserved
+
+    def expected_status(self, tokens: int, final: int | None) -> AllocStatus:
+        c, mml = self.config.capacity, self.config.max_model_len
+        if tokens > mml or (final is not None and final > mml):
+            return AllocStatus.NEVER
+        need = self.held(self.reserved(final))
+        if self.placement is Placement.BUDDY and need > 1 << (c.bit_length() - 1):
+            return AllocStatus.NEVER  # larger than the largest arena
+        # Holes are the free runs (first fit), free blocks (buddy) or free slots (slots).
+        fits = any(size >= need for _, size in self.alloc.space.holes())
+        return AllocStatus.OK if fits else AllocStatus.LATER
+
+    def draw_lengths(self, data: st.DataObject) -> tuple[int, int | None]:
+        mml = self.config.max_model_len
+        prompt = data.draw(st.integers(0, mml + 1), label="prompt")
+        final: st.SearchStrategy[int | None] = st.integers(max(prompt, 1), mml + 2)
+        if self.reservation in (Reservation.MAX, Reservation.SLOTS):
+            final = st.none() | final
+        return prompt, data.draw(final, label="final_len")
+
+    def draw_seq(self, data: st.DataObject) -> int:
+        return data.draw(st.sampled_from(sorted(self.model)), label="seq")
+
+    # ------------------------------------------------------------------------- rules
+    @rule(data=st.data())
+    def allocate(self, data: st.DataObject) -> None:
+        prompt, final = self.draw_lengths(data)
+        sid, self.next_id = self.next_id, self.next_id + 1
+        status = self.alloc.can_allocate(sid, prompt, final_len=final)
+        event(f"allocate: {status.value}")
+        assert status is self.expected_status(prompt, final)
+        fresh = ContiguousAllocator(self.config).can_allocate(sid, prompt, final_len=final)
+        assert (status is AllocStatus.NEVER) == (fresh is AllocStatus.NEVER)
+        before = self.alloc.usage()
+        got = self.alloc.allocate(sid, prompt, final_len=final)
+        if status is AllocStatus.OK:
+            assert got == 0
+            held = self.held(self.reserved(final))
+            self.model[sid] = Seq(prompt, self.reserved(None) if final is None else final, held)
+        else:
+            assert got is None
+            assert self.alloc.usage() == before
+            assert not self.alloc.has_seq(sid)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def append(self, data: st.DataObject) -> None:
+        sid = self.draw_seq(data)
+        m = self.model[sid]
+        limit = min(m.held, self.config.max_model_len)
+        n = data.draw(st.integers(0, limit - m.tokens + 2), label="num_tokens")
+        before = self.alloc.usage()
+        got = self.alloc.append_slots(sid, n)
+        event(f"append: {'fits' if m.tokens + n <= limit else 'refused'}")
+        if m.tokens + n <= limit:
+            assert got == []
+            m.tokens += n
+            m.final = max(m.final, m.tokens)
+        else:
+            assert got is None
+            assert self.alloc.usage() == before
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def fork(self, data: st.DataObject) -> None:
+        parent = self.draw_seq(data)
+        p = self.model[parent]
+        mml = self.config.max_model_len
+        final = data.draw(st.none() | st.integers(max(p.tokens, 1), mml + 1), label="final")
+        child_final = p.final if final is None else final
+        child, self.next_id = self.next_id, self.next_id + 1
+        status = self.alloc.can_allocate(child, p.tokens, final_len=child_final)
+        event(f"fork: {status.value}")
+        assert status is self.expected_status(p.tokens, child_final)
+        before = self.alloc.usage()
+        got = self.alloc.fork(parent, child, final_len=final)
+        if status is AllocStatus.OK:
+            assert got == [
+                SlotCopy(self.alloc.region(parent)[0], self.alloc.region(child)[0], p.tokens)
+            ]
+            self.model[child] = Seq(p.tokens, child_final, self.held(self.reserved(child_final)))
+        else:
+            assert got is None
+            assert self.alloc.usage() == before
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        sid = self.draw_seq(data)
+        self.alloc.free(sid)
+        del self.model[sid]
+        assert not self.alloc.has_seq(sid)
+
+    # -------------------------------------------------------------------- invariants
+    @invariant()
+    def books_agree(self) -> None:
+        a, c = self.alloc, self.config.capacity
+        a.check_integrity()
+        assert a.num_seqs == len(self.model)
+        for sid, m in self.model.items():
+            assert a.num_tokens(sid) == m.tokens
+            assert a.region(sid)[1] == m.held
+        u = a.usage()
+        assert u.token_states == sum(m.tokens for m in self.model.values())
+        assert u.reservation == sum(min(m.held, m.final) - m.tokens for m in self.model.values())
+        assert u.internal_fragmentation == sum(
+            m.held - min(m.held, m.final) for m in self.model.values()
+        )
+        assert u.free == a.num_free_slots == c - sum(m.held for m in self.model.values())
+        for waiting in (False, True):
+            w = a.usage(waiting_for_memory=waiting)
+            parts = (w.token_states, w.reservation, w.internal_fragmentation)
+            assert sum(parts) + w.external_fragmentation + w.free == c
+            assert (w.external_fragmentation > 0) <= waiting
+            assert 0.0 <= w.token_utilization <= 1.0
+
+    def teardown(self) -> None:
+        if not hasattr(self, "alloc"):
+            return
+        for sid in list(self.model):
+            self.alloc.free(sid)
+        self.alloc.check_integrity()
+        c, mml = self.config.capacity, self.config.max_model_len
+        if self.reservation is Reservation.SLOTS:
+            whole = [(i * mml, mml) for i in range(c // mml)]
+            whole += [(c - c % mml, c % mml)] if c % mml else []
+        elif self.placement is Placement.BUDDY:
+            sizes = [1 << k for k in range(c.bit_length() - 1, -1, -1) if c >> k & 1]
+            whole = [(sum(sizes[:i]), s) for i, s in enumerate(sizes)]
+        else:
+            whole = [(0, c)]
+        assert self.alloc.space.holes() == whole
+        assert self.alloc.usage().free == c
+
+
+@pytest.mark.parametrize(
+    ("placement", "reservation"), COMBOS, ids=[f"{p.value}-{r.value}" for p, r in COMBOS]
+)
+def test_contiguous_allocator_state_machine(placement: Placement, reservation: Reservation) -> None:
+    class Machine(ContiguousMachine):
+        pass
+
+    Machine.placement, Machine.reservation = placement, reservation
+    run_state_machine_as_test(Machine, settings=SETTINGS)

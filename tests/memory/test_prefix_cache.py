@@ -1,0 +1,133 @@
+"""Prefix caching: full blocks only, chained keys, never the last prompt token, LRU eviction."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.memory.interface import AllocStatus
+from tests.factories import BLOCK_SIZES, make_manager, make_request
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+@pytest.mark.parametrize("extra", [0, 1, 3])
+def test_second_request_hits_the_shared_prefix(bs: int, extra: int) -> None:
+    m = make_manager(bs, 64, prefix_caching=True)
+    prefix = tuple(range(3 * bs))
+    a = make_request(1, prompt_len=3 * bs + extra, prefix=prefix)
+    b = make_request(2, prompt_len=3 * bs + extra, prefix=prefix)
+    assert a.token_ids is not None
+    assert b.token_ids is not None
+    assert m.allocate(a.seq_id, a.prompt_len, token_ids=a.token_ids) == 0
+    hit = m.allocate(b.seq_id, b.prompt_len, token_ids=b.token_ids)
+    # Whole blocks within the first P - 1 tokens: with extra == 0 the last prefix block is
+    # recomputed, because the last prompt token needs its logits.
+    expect_blocks = min(3, (b.prompt_len - 1) // bs)
+    assert hit == expect_blocks * bs
+    assert m.block_ids(2)[:expect_blocks] == m.block_ids(1)[:expect_blocks]
+    assert m.stats.prefix_hit_tokens == hit
+    assert m.stats.prefix_query_tokens == a.prompt_len + b.prompt_len
+    m.check_integrity()
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_different_prefixes_never_share(bs: int) -> None:
+    m = make_manager(bs, 64, prefix_caching=True)
+    a = make_request(1, prompt_len=4 * bs, prefix=tuple(range(4 * bs)))
+    b = make_request(2, prompt_len=4 * bs, prefix=(7, *range(1, 4 * bs)))  # differs in token 0
+    assert a.token_ids is not None
+    assert b.token_ids is not None
+    m.allocate(1, a.prompt_len, token_ids=a.token_ids)
+    assert m.allocate(2, b.prompt_len, token_ids=b.token_ids) == 0
+    assert not set(m.block_ids(1)) & set(m.block_ids(2))
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_freed_blocks_stay_cached_and_revive(bs: int) -> None:
+    m = make_manager(bs, 16, prefix_caching=True)
+    toks = tuple(range(4 * bs + 1))
+    m.allocate("a", len(toks), token_ids=toks)
+    full = m.block_ids("a")[:4]
+    m.free("a")
+    assert m.stats.num_cached_free_blocks == len(toks) // bs  # every full block
+    assert m.num_free_blocks == 16
+    assert m.lookup_prefix(toks).blocks == tuple(full)
+    assert m.allocate("b", len(toks), token_ids=toks) == 4 * bs
+    assert m.block_ids("b")[:4] == full
+    # Only a full last block (bs 1) stays cached-free: the recomputed last token got a new one.
+    assert m.stats.num_cached_free_blocks == len(toks) // bs - 4
+    m.check_integrity()
+
+
+@pytest.mark.parametrize("bs", [2, 16, 7])
+def test_eviction_is_lru_with_the_chain_tail_first(bs: int) -> None:
+    m = make_manager(bs, 6, prefix_caching=True)
+    old = tuple(range(100, 100 + 2 * bs + 1))
+    new = tuple(range(500, 500 + 2 * bs + 1))
+    m.allocate("old", len(old), token_ids=old)
+    m.free("old")
+    m.allocate("new", len(new), token_ids=new)
+    m.free("new")
+    # 6 free blocks: 2 uncached partial tails at the head, then old's chain, then new's.
+    m.allocate("x", 3 * bs)  # takes the 2 uncached blocks and 1 cached: old's tail
+    assert m.stats.evictions == 1
+    assert m.lookup_prefix(old).num_computed_tokens == bs  # head of old's chain survives
+    assert m.lookup_prefix(new).num_computed_tokens == 2 * bs
+    m.check_integrity()
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_hits_on_used_blocks_cost_no_free_blocks(bs: int) -> None:
+    m = make_manager(bs, 5, prefix_caching=True)
+    toks = tuple(range(3 * bs + 1))
+    m.allocate("a", len(toks), token_ids=toks)  # 4 blocks, 1 free left
+    assert m.can_allocate("b", len(toks), token_ids=toks) is AllocStatus.OK
+    assert m.can_allocate("c", len(toks)) is AllocStatus.LATER  # no ids: no hits
+    assert m.allocate("b", len(toks), token_ids=toks) == 3 * bs
+    m.check_integrity()
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_salt_keeps_tenants_apart(bs: int) -> None:
+    m = make_manager(bs, 32, prefix_caching=True)
+    toks = tuple(range(2 * bs + 1))
+    m.allocate("a", len(toks), token_ids=toks, cache_salt="tenant-a")
+    assert m.allocate("b", len(toks), token_ids=toks, cache_salt="tenant-b") == 0
+    assert m.allocate("c", len(toks), token_ids=toks, cache_salt="tenant-a") == 2 * bs
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_generated_tokens_become_cacheable(bs: int) -> None:
+    m = make_manager(bs, 32, prefix_caching=True)
+    prompt = tuple(range(bs))
+    m.allocate("a", bs, token_ids=prompt)
+    out = tuple(range(900, 900 + bs))
+    for t in out:
+        m.append_slots("a", 1, token_ids=[t])
+    m.check_integrity()
+    conversation = prompt + out + (1,)
+    assert m.lookup_prefix(conversation).num_computed_tokens == 2 * bs
+
+
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_caching_off_means_no_hits(bs: int) -> None:
+    m = make_manager(bs, 32, prefix_caching=False)
+    toks = tuple(range(3 * bs))
+    m.allocate("a", len(toks), token_ids=toks)
+    assert m.allocate("b", len(toks), token_ids=toks) == 0
+    assert m.stats.prefix_query_tokens == 0
+
+
+@pytest.mark.parametrize("bs", [2, 16, 7])
+def test_swap_in_reuses_a_block_still_cached_on_gpu(bs: int) -> None:
+    m = make_manager(bs, 8, num_cpu_blocks=8, prefix_caching=True)
+    toks = tuple(range(2 * bs + 1))
+    m.allocate("a", len(toks), token_ids=toks)
+    m.allocate("b", len(toks), token_ids=toks)  # shares a's 2 full blocks
+    out = m.swap_out(["a"])
+    assert out is not None
+    assert len(out) == 3
+    back = m.swap_in(["a"])
+    assert back is not None
+    assert len(back) == 1  # only the partial block travels; full ones are still on the GPU
+    assert m.block_ids("a")[:2] == m.block_ids("b")[:2]
+    m.check_integrity()
