@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.config import CacheConfig, Placement, Reservation
 from pagedkv.memory.manager import KVCacheManager
 
 BLOCK_SIZES = (1, 16, 7)
 """Every memory test runs over these: the smallest, vLLM's default, and one that divides nothing."""
+
+CONTIGUOUS_VARIANTS = [
+    (Placement.FIRST_FIT, Reservation.MAX),
+    (Placement.FIRST_FIT, Reservation.POW2),
+    (Placement.FIRST_FIT, Reservation.ORACLE),
+    (Placement.FIRST_FIT, Reservation.SLOTS),
+    (Placement.BUDDY, Reservation.MAX),
+    (Placement.BUDDY, Reservation.POW2),
+    (Placement.BUDDY, Reservation.ORACLE),
+]
+"""Every valid placement x reservation ('slots' has fixed slots, so first-fit only)."""
 
 
 @dataclass(frozen=True)

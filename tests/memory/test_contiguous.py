@@ -11,17 +11,8 @@ from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import AllocStatus, KVAllocator, SlotCopy
 from pagedkv.memory.placement import BuddySpace, FirstFitSpace, FixedSlotSpace
-
-BLOCK_SIZES = [1, 16, 7]
-VARIANTS = [
-    (Placement.FIRST_FIT, Reservation.MAX),
-    (Placement.FIRST_FIT, Reservation.POW2),
-    (Placement.FIRST_FIT, Reservation.ORACLE),
-    (Placement.FIRST_FIT, Reservation.SLOTS),
-    (Placement.BUDDY, Reservation.MAX),
-    (Placement.BUDDY, Reservation.POW2),
-    (Placement.BUDDY, Reservation.ORACLE),
-]
+from tests.factories import BLOCK_SIZES
+from tests.factories import CONTIGUOUS_VARIANTS as VARIANTS
 
 
 def make(

@@ -20,16 +20,8 @@ from hypothesis.stateful import (
 from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import AllocStatus, SlotCopy
+from tests.factories import CONTIGUOUS_VARIANTS as COMBOS
 
-COMBOS = [
-    (Placement.FIRST_FIT, Reservation.MAX),
-    (Placement.FIRST_FIT, Reservation.POW2),
-    (Placement.FIRST_FIT, Reservation.ORACLE),
-    (Placement.FIRST_FIT, Reservation.SLOTS),
-    (Placement.BUDDY, Reservation.MAX),
-    (Placement.BUDDY, Reservation.POW2),
-    (Placement.BUDDY, Reservation.ORACLE),
-]
 SETTINGS = settings(max_examples=200, stateful_step_count=30, deadline=None)
 
 
