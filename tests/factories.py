@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pagedkv.engine.config import PreemptionMode, SchedulerConfig
+from pagedkv.engine.cost_model import CostModel, UnitCost
+from pagedkv.engine.engine import Engine
+from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.memory.config import CacheConfig, Placement, Reservation
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.workloads.spec import RequestSpec
 
 BLOCK_SIZES = (1, 16, 7)
 """Every memory test runs over these: the smallest, vLLM's default, and one that divides nothing."""
@@ -68,4 +74,46 @@ def make_manager(
             watermark=watermark,
             enable_prefix_caching=prefix_caching,
         )
+    )
+
+
+def make_engine(
+    scheduler: str,
+    workload: list[RequestSpec],
+    *,
+    num_gpu_blocks: int = 100,
+    block_size: int = 16,
+    num_cpu_blocks: int = 0,
+    max_model_len: int = 256,
+    preemption_mode: str = "recompute",
+    chunked: bool = False,
+    max_num_batched_tokens: int | None = None,
+    cost: CostModel | None = None,
+    reference: bool = False,
+    trace_steps: bool = False,
+    watermark: float = 0.01,
+) -> Engine:
+    """An engine over a simulated executor, with integrity checked after every iteration."""
+    sched_cfg = SchedulerConfig(
+        scheduler=scheduler,
+        max_model_len=max_model_len,
+        preemption_mode=PreemptionMode(preemption_mode),
+        enable_chunked_prefill=chunked,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    cache = CacheConfig(
+        num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size,
+        num_cpu_blocks=num_cpu_blocks,
+        watermark=watermark,
+    )
+    cls = SCHEDULERS[scheduler]
+    kv = cls.make_allocator(cache, sched_cfg)
+    return Engine(
+        cls(sched_cfg, kv),
+        SimExecutor(cost if cost is not None else UnitCost()),
+        workload,
+        check_integrity=True,
+        reference=reference,
+        trace_steps=trace_steps,
     )

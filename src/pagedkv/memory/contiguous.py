@@ -99,6 +99,16 @@ class ContiguousAllocator:
     def num_tokens(self, seq_id: SeqId) -> int:
         return self._get(seq_id).tokens
 
+    @property
+    def growth_block_size(self) -> int | None:
+        """A region never grows: None (appending past its room fails)."""
+        return None
+
+    def room(self, seq_id: SeqId) -> int:
+        """Tokens ``seq_id`` can still append inside its region (and max_model_len)."""
+        r = self._get(seq_id)
+        return min(r.held, self.config.max_model_len) - r.tokens
+
     def region(self, seq_id: SeqId) -> tuple[int, int]:
         """(start, slots actually held) of the sequence's region, e.g. to draw a block map."""
         r = self._get(seq_id)

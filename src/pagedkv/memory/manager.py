@@ -109,6 +109,18 @@ class KVCacheManager:
     def seq_ids(self) -> list[SeqId]:
         return list(self._tables)
 
+    @property
+    def growth_block_size(self) -> int | None:
+        """Slots one more block adds when a sequence outgrows its room (paged: block_size)."""
+        return self.block_size
+
+    def room(self, seq_id: SeqId) -> int:
+        """Tokens ``seq_id`` can append before it needs a new block or a copy-on-write."""
+        table = self._gpu_table(seq_id)
+        if table.blocks and self.gpu.ref_counts[table.blocks[-1]] > 1:
+            return 0  # the next write into the shared last block copies it first
+        return table.num_slots - table.num_tokens
+
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
         return cdiv(num_tokens, self.block_size)

@@ -1,0 +1,1 @@
+"""pagedkv.engine: requests, schedulers, the serving loop, executors, cost models."""

@@ -1,0 +1,45 @@
+"""The executor interface the engine calls, and the simulated executor.
+
+An executor performs one iteration: the block copies and swaps the memory manager asked for,
+then the batch's tokens. The simulated one only says how long that takes, from a cost model;
+the real one (``pagedkv.tensors``, torch) runs a model on paged K/V through the same interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pagedkv.engine.cost_model import BatchShape, CostModel
+from pagedkv.engine.scheduler import SchedulerOutput
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """How long the iteration took (simulated seconds, or ticks under the unit clock)."""
+
+    duration: float
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def execute(self, batch: SchedulerOutput) -> StepResult: ...
+
+
+def batch_shape(batch: SchedulerOutput) -> BatchShape:
+    """The cost model's view of a batch: new and cached tokens per scheduled sequence."""
+    return BatchShape.from_chunks((c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks)
+
+
+class SimExecutor:
+    """Durations from a cost model: the step, plus the swaps done before it."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def execute(self, batch: SchedulerOutput) -> StepResult:
+        duration = self.cost_model.step_time(batch_shape(batch))
+        swapped = len(batch.swap_out) + len(batch.swap_in)
+        if swapped:
+            duration += self.cost_model.swap_time(swapped)
+        return StepResult(duration)

@@ -1,0 +1,153 @@
+"""Closed-form fast-forward over decode rounds: simulation cost grows with events, not tokens.
+
+After a *pure decode round* (every running request computed exactly one token; nothing was
+admitted, preempted, swapped, copied or finished), the next rounds repeat it until an event:
+
+* a request finishes (memory is freed, admission may change),
+* a request arrives,
+* growth needs more blocks than are free (the scheduler must preempt),
+* a contiguous region runs out of room.
+
+Nothing structural changes in between: admission stays refused (free blocks only shrink),
+budgets hold, every request gains one token per round. So the engine advances k rounds at once:
+
+    round i (1..k) shape  = base + (i-1) * delta        (every context grows by one)
+    duration d_i          = cost model, summed in closed form (arithmetic series per regime)
+    token states during i = U.token_states + B*i
+    allocated during i    = U.allocated + block_size * (#block allocations at rounds <= i)
+    internal frag. during i = U.internal + (each request's last-block tail, once allocated)
+    reservation           = allocated - token states - internal
+
+so every time-weighted category integrates exactly, with work per block allocation, not per
+token. ``Engine(reference=True)`` steps every round instead; a differential test checks both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pagedkv.engine.cost_model import BatchShape
+from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.engine.scheduler import SchedulerOutput
+
+if TYPE_CHECKING:
+    from pagedkv.engine.engine import Engine
+
+
+class FastForward:
+    """Advances an engine over runs of identical decode rounds in closed form."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        executor = engine.executor
+        self.cost = executor.cost_model if isinstance(executor, SimExecutor) else None
+        self.windows = 0
+        self.rounds = 0
+
+    def after(self, batch: SchedulerOutput, next_arrival: float | None) -> None:
+        """Called after a round that finished nobody; skips ahead if it was a pure decode."""
+        eng = self.engine
+        sched = eng.scheduler
+        running = sched.running
+        if self.cost is None or not self._pure_decode(batch):
+            return
+        kv = sched.kv
+        base = BatchShape.from_chunks((1, r.num_computed_tokens) for r in running)
+        delta = BatchShape.decode_growth(len(running))
+        k = min(r.output_len - r.num_output_tokens for r in running)  # first finish, inclusive
+        if next_arrival is not None:
+            k = min(k, self.cost.steps_to_reach(base, delta, next_arrival - eng.now))
+        # Block allocations per round offset, and the internal fragmentation each one starts.
+        bs = kv.growth_block_size
+        events: dict[int, list[int]] = {}  # round -> [number of blocks, added internal frag]
+        for r in running:
+            room = kv.room(r.seq_id)
+            if bs is None:
+                k = min(k, room)
+                continue
+            slots = r.num_computed_tokens + room  # slots held now
+            i = room + 1
+            while i <= k:
+                slots += bs
+                ev = events.setdefault(i, [0, 0])
+                ev[0] += 1
+                if slots >= r.max_kv_tokens:
+                    ev[1] += slots - r.max_kv_tokens
+                i += bs
+        free = getattr(kv, "num_free_blocks", None)
+        if events and free is not None:
+            used = 0
+            for i in sorted(events):
+                if i > k:
+                    break
+                used += events[i][0]
+                if used > free:
+                    k = i - 1  # that round needs a preemption: let the scheduler run it
+                    break
+        if k <= 0:
+            return
+        self._advance(batch, base, delta, k, {i: ev for i, ev in events.items() if i <= k})
+
+    def _pure_decode(self, batch: SchedulerOutput) -> bool:
+        running = self.engine.scheduler.running
+        if batch.preempted or batch.swap_in or batch.swap_out or batch.copies:
+            return False
+        if len(batch.chunks) != len(running) or not running:
+            return False
+        return all(c.num_new_tokens == 1 for c in batch.chunks) and all(
+            r.num_pending_tokens == 1 for r in running
+        )
+
+    def _advance(
+        self,
+        batch: SchedulerOutput,
+        base: BatchShape,
+        delta: BatchShape,
+        k: int,
+        events: dict[int, list[int]],
+    ) -> None:
+        eng = self.engine
+        sched = eng.scheduler
+        kv = sched.kv
+        assert self.cost is not None
+        waiting = sched.has_queued()  # constant in the window: nobody arrives or is admitted
+        u = kv.usage(waiting_for_memory=waiting)
+        n = len(sched.running)
+        total, moment = self.cost.window(base, delta, k)  # sum d_j, sum j*d_j, j = 0..k-1
+        # Integrals of the categories over the window, each weighted by round duration.
+        tokens = (u.token_states + n) * total + n * moment
+        alloc = u.allocated * total
+        internal = u.internal_fragmentation * total
+        bs = kv.growth_block_size or 0
+        for i, (blocks, tail) in events.items():
+            after = total - self.cost.window(base, delta, i - 1)[0]  # rounds i..k
+            alloc += bs * blocks * after
+            internal += tail * after
+        integrals = {
+            "token_states": tokens,
+            "reservation": alloc - tokens - internal,
+            "internal_fragmentation": internal,
+            "external_fragmentation": (u.capacity * total - alloc) if waiting else 0.0,
+            "free": 0.0 if waiting else (u.capacity * total - alloc),
+        }
+        # Apply: slots, counters, clock, totals.
+        for r in sched.running:
+            if kv.append_slots(r.seq_id, k) is None:
+                raise AssertionError("fast-forward planned room that was not there")
+            r.num_computed_tokens += k
+            r.num_output_tokens += k
+        eng.now += total
+        t = eng.totals
+        t.iterations += k
+        t.busy_time += total
+        t.sum_running += n * k
+        t.sum_batched_seqs += n * k
+        for name in CATEGORIES:
+            t.weighted[name] += integrals[name]
+        self.windows += 1
+        self.rounds += k
+        finished = [r for r in sched.running if r.num_output_tokens == r.output_len]
+        eng.finish(finished)
+        if eng.check_integrity:
+            kv.check_integrity()

@@ -1,0 +1,158 @@
+"""Every serving metric, defined once, computed from raw per-request and per-step counters.
+
+Per request (simulated time):
+    TTFT = first token - arrival;  E2E = finish - arrival;
+    TPOT = (finish - first token) / (output tokens - 1)   (requests with >= 2 output tokens);
+    normalized latency = E2E / output tokens  (the vLLM paper's metric).
+Per run:
+    request throughput = finished / sim_time;  output token throughput = output tokens / sim_time;
+    max_running = most requests running at once (capacity, not throughput);
+    mean_running = running requests per iteration, averaged over iterations;
+    memory categories (pagedkv.memory.usage) averaged over iterations weighted by their duration,
+    as fractions of the capacity C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.memory.usage import MemoryUsage
+
+CATEGORIES = (
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "free",
+)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One iteration (kept only with ``trace_steps``); memory in token slots."""
+
+    index: int
+    start_time: float
+    duration: float
+    num_running: int
+    num_waiting: int
+    num_swapped: int
+    num_batched_tokens: int
+    num_batched_seqs: int
+    token_states: int
+    reservation: int
+    internal_fragmentation: int
+    external_fragmentation: int
+    free: int
+
+
+@dataclass
+class StepTotals:
+    """Running sums over iterations, enough for every per-run metric."""
+
+    iterations: int = 0
+    busy_time: float = 0.0
+    max_running: int = 0
+    sum_running: int = 0
+    sum_batched_seqs: int = 0
+    preemptions: int = 0
+    swap_outs: int = 0
+    swapped_blocks: int = 0
+    weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+
+    def add(
+        self,
+        duration: float,
+        usage: MemoryUsage,
+        num_running: int,
+        num_batched_seqs: int,
+        repeat: int = 1,
+    ) -> None:
+        """Record ``repeat`` identical iterations of ``duration`` each (in total ``duration``)."""
+        self.iterations += repeat
+        self.busy_time += duration
+        self.max_running = max(self.max_running, num_running)
+        self.sum_running += num_running * repeat
+        self.sum_batched_seqs += num_batched_seqs * repeat
+        for name in CATEGORIES:
+            self.weighted[name] += duration * getattr(usage, name)
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def request_record(r: Request) -> dict[str, Any]:
+    return {
+        "request_id": r.request_id,
+        "status": r.status.value,
+        "arrival_time": r.arrival_time,
+        "prompt_len": r.prompt_len,
+        "output_len": r.output_len,
+        "admitted_time": r.admitted_time,
+        "first_token_time": r.first_token_time,
+        "finish_time": r.finish_time,
+        "preemptions": r.num_preemptions,
+        "swaps": r.num_swaps,
+        "recomputed_tokens": r.num_recomputed_tokens,
+        "reject_reason": r.reject_reason,
+    }
+
+
+def summarize(
+    requests: list[Request], totals: StepTotals, sim_time: float, capacity: int
+) -> dict[str, Any]:
+    """The run's summary (the ``summary`` object of ``pagedkv simulate --json``)."""
+    done = [r for r in requests if r.status is RequestStatus.FINISHED]
+    ttft, tpot, e2e, norm = [], [], [], []
+    for r in done:
+        assert r.first_token_time is not None
+        assert r.finish_time is not None
+        ttft.append(r.first_token_time - r.arrival_time)
+        e2e.append(r.finish_time - r.arrival_time)
+        norm.append((r.finish_time - r.arrival_time) / r.output_len)
+        if r.output_len > 1:
+            tpot.append((r.finish_time - r.first_token_time) / (r.output_len - 1))
+    busy = totals.busy_time
+    memory = {
+        name: (totals.weighted[name] / busy / capacity if busy else 0.0) for name in CATEGORIES
+    }
+    allocated = memory["token_states"] + memory["reservation"] + memory["internal_fragmentation"]
+    memory["token_utilization"] = memory["token_states"] / allocated if allocated else 1.0
+    memory["pool_occupancy"] = allocated
+    output_tokens = sum(r.output_len for r in done)
+    return {
+        "num_requests": len(requests),
+        "finished": len(done),
+        "rejected": sum(r.status is RequestStatus.REJECTED for r in requests),
+        "sim_time": sim_time,
+        "iterations": totals.iterations,
+        "request_throughput": len(done) / sim_time if sim_time else 0.0,
+        "output_token_throughput": output_tokens / sim_time if sim_time else 0.0,
+        "max_running": totals.max_running,
+        "mean_running": totals.sum_running / totals.iterations if totals.iterations else 0.0,
+        "mean_batch_size": totals.sum_batched_seqs / totals.iterations
+        if totals.iterations
+        else 0.0,
+        "preemptions": totals.preemptions,
+        "swap_outs": totals.swap_outs,
+        "swapped_blocks": totals.swapped_blocks,
+        "recomputed_tokens": sum(r.num_recomputed_tokens for r in requests),
+        "ttft": _stats(ttft),
+        "tpot": _stats(tpot),
+        "e2e": _stats(e2e),
+        "normalized_latency": _stats(norm),
+        "memory": memory,
+    }
+
+
+def step_dict(step: StepRecord) -> dict[str, Any]:
+    return asdict(step)

@@ -1,0 +1,77 @@
+"""Continuous batching on contiguous memory: the vLLM paper's Orca baselines and the lesson's
+fixed slots.
+
+* ``orca-max``, ``orca-pow2``, ``orca-oracle``: each request reserves a region at admission
+  (max length, next power of two of its final length, or exactly its final length), placed by
+  a buddy allocator, as in the paper's Orca baselines (Kwon et al. 2023, §6.1).
+* ``contiguous-slots``: the course lesson's allocator, C // max_model_len fixed slots.
+
+The iteration structure is the vllm policy's (so a comparison isolates the memory manager);
+a reservation always covers the request's final length, so growth never fails and nothing is
+preempted.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
+from pagedkv.memory.contiguous import ContiguousAllocator
+
+
+class ContiguousScheduler(Scheduler):
+    """Admit while a region can be placed; decode everything running."""
+
+    placement: ClassVar[Placement]
+    reservation: ClassVar[Reservation]
+
+    @classmethod
+    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:
+        return ContiguousAllocator(
+            ContiguousConfig(
+                capacity=cache.capacity,
+                max_model_len=config.max_model_len,
+                placement=cls.placement,
+                reservation=cls.reservation,
+                block_size=cache.block_size,
+            )
+        )
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        chunked = self.config.enable_chunked_prefill
+        budget = self.config.token_budget
+        used = 0
+        if chunked:
+            used = self._decode_running(out)
+            used += self._prefill_running(out, budget - used)
+        self._admit_waiting(out, budget - used, chunked=chunked)
+        if not chunked and not out.chunks:
+            self._decode_running(out)
+        return out
+
+
+class OrcaMax(ContiguousScheduler):
+    name = "orca-max"
+    placement = Placement.BUDDY
+    reservation = Reservation.MAX
+
+
+class OrcaPow2(ContiguousScheduler):
+    name = "orca-pow2"
+    placement = Placement.BUDDY
+    reservation = Reservation.POW2
+
+
+class OrcaOracle(ContiguousScheduler):
+    name = "orca-oracle"
+    placement = Placement.BUDDY
+    reservation = Reservation.ORACLE
+
+
+class ContiguousSlots(ContiguousScheduler):
+    name = "contiguous-slots"
+    placement = Placement.FIRST_FIT
+    reservation = Reservation.SLOTS

@@ -1,0 +1,64 @@
+"""``static``: request-level batching (FasterTransformer-like, the vLLM paper's baseline).
+
+A batch forms while requests can be admitted into fixed slots of max_model_len (FT
+preallocates a [batch, max_len] cache); once it starts decoding nothing joins it, and its
+requests are returned together when its longest request ends: each request's finish time is
+the batch's end, and its slot is held until then. Simplification (documented, favouring this
+baseline): finished sequences are not charged padded compute while the batch runs on.
+"""
+
+from __future__ import annotations
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
+from pagedkv.memory.contiguous import ContiguousAllocator
+from pagedkv.memory.interface import KVAllocator
+
+
+class StaticScheduler(Scheduler):
+    name = "static"
+
+    @classmethod
+    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:
+        return ContiguousAllocator(
+            ContiguousConfig(
+                capacity=cache.capacity,
+                max_model_len=config.max_model_len,
+                placement=Placement.FIRST_FIT,
+                reservation=Reservation.SLOTS,
+                block_size=cache.block_size,
+            )
+        )
+
+    def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
+        super().__init__(config, kv)
+        self.forming = True
+        self.done: list[Request] = []  # finished, held until the batch ends
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if self.forming:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+            if out.chunks:
+                return out
+        if self.running:
+            self.forming = False
+            self._decode_running(out)
+        return out
+
+    def finish(self, req: Request) -> list[Request]:
+        self.running.remove(req)
+        self.done.append(req)
+        if self.running:
+            return []
+        released, self.done = self.done, []
+        for r in released:
+            self.kv.free(r.seq_id)
+            r.status = RequestStatus.FINISHED
+        self.forming = True
+        return released
+
+    def has_unfinished(self) -> bool:
+        return super().has_unfinished() or bool(self.done)

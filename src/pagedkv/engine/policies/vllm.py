@@ -1,0 +1,104 @@
+"""``vllm``: FCFS continuous batching on paged memory with preemption (the vLLM paper's policy).
+
+* Admission through ``can_allocate``, which keeps a watermark of blocks free.
+* When a running request needs a block and none is free, the most recently arrived running
+  request is preempted, by recompute (its blocks are freed; it goes back to the front of the
+  waiting queue) or by swap (its blocks move to the CPU pool; it resumes before any new
+  admission). Without CPU room, swap falls back to recompute (counted).
+* No new admissions while swapped requests wait; swapped requests resume first.
+* Without chunked prefill (vLLM v0), an iteration is prefill-only when any waiting request can
+  be admitted, and decode-only otherwise. With chunked prefill (vLLM v1), one token budget is
+  shared by decodes first, then running prefill chunks, then new admissions.
+"""
+
+from __future__ import annotations
+
+from pagedkv.engine.config import PreemptionMode, SchedulerConfig
+from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.interface import AllocStatus, KVAllocator
+from pagedkv.memory.manager import KVCacheManager
+
+
+class VllmScheduler(Scheduler):
+    name = "vllm"
+    preempts = True
+
+    @classmethod
+    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
+        return KVCacheManager(cache)
+
+    def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
+        super().__init__(config, kv)
+        assert isinstance(kv, KVCacheManager), "the vllm policy runs on paged memory"
+        self.paged: KVCacheManager = kv
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if self.config.enable_chunked_prefill:
+            self._schedule_chunked(out)
+        else:
+            self._schedule_v0(out)
+        return out
+
+    def _schedule_v0(self, out: SchedulerOutput) -> None:
+        if not self.swapped:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+            if out.chunks:
+                return  # a prefill-only iteration
+        self._decode_running(out)
+        if not out.preempted:
+            self._swap_in(out)
+
+    def _schedule_chunked(self, out: SchedulerOutput) -> None:
+        budget = self.config.token_budget
+        used = self._decode_running(out)
+        used += self._prefill_running(out, budget - used)  # partial chunks, recomputes
+        if not out.preempted:
+            used += self._swap_in(out)
+        if not self.swapped and not out.preempted:
+            self._admit_waiting(out, budget - used, chunked=True)
+
+    def _swap_in(self, out: SchedulerOutput) -> int:
+        """Resume swapped requests (oldest first) while they fit; each decodes this step."""
+        used = 0
+        while self.swapped and len(self.running) < self.config.max_num_seqs:
+            req = self.swapped[0]
+            if self.paged.can_swap_in([req.seq_id]) is not AllocStatus.OK:
+                out.blocked_on_memory = True
+                break
+            mappings = self.paged.swap_in([req.seq_id])
+            if mappings is None:
+                break
+            self.swapped.popleft()
+            out.swap_in.extend(mappings)
+            self._start_running(req)
+            n = req.num_pending_tokens
+            if self.config.enable_chunked_prefill:
+                n = min(n, max(0, self.config.token_budget - out.num_tokens))
+            if n and self._append(req, n, out):
+                out.chunks.append(self._chunk(req, n))
+                used += n
+        return used
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        self.running.remove(victim)
+        out.chunks = [c for c in out.chunks if c.request is not victim]
+        out.preempted.append(victim)
+        victim.num_preemptions += 1
+        mode = self.config.preemption_mode
+        if mode is PreemptionMode.SWAP:
+            mappings = self.paged.swap_out([victim.seq_id])
+            if mappings is not None:
+                out.swap_out.extend(mappings)
+                victim.status = RequestStatus.SWAPPED
+                victim.num_swaps += 1
+                self.swapped.appendleft(victim)  # victims go latest-first: order holds
+                return
+            self.num_swap_fallbacks += 1
+        self.kv.free(victim.seq_id)
+        victim.num_recomputed_tokens += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.WAITING
+        self.waiting.appendleft(victim)

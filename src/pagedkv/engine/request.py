@@ -1,0 +1,96 @@
+"""A request as counters (vLLM v1): no prefill/decode phase is stored, every phase is derived.
+
+    tokens:  0 ............. prompt_len ............ num_tokens
+             |    prompt     |  generated outputs    |
+             |<--------- num_computed_tokens -->|    (K/V held in memory)
+
+Each step computes some of the tokens not yet computed; when ``num_computed_tokens`` catches up
+with ``num_tokens`` the step also samples one new output token. Prefill, chunked prefill, prefix
+hits and recompute after preemption are then one rule: computed catches up with total.
+
+The last output token is sampled but never fed back, so a request holds at most
+``prompt_len + output_len - 1`` token states (``max_kv_tokens``): the final length the memory
+layer is told about.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from pagedkv.workloads.spec import RequestSpec
+
+
+class RequestStatus(enum.Enum):
+    """Where a request is in its life (which queue holds it), not what it computes."""
+
+    WAITING = "waiting"  # arrived, not admitted (or preempted by recompute: admitted again later)
+    RUNNING = "running"
+    SWAPPED = "swapped"  # preempted by swap: blocks in the CPU pool
+    FINISHED = "finished"
+    REJECTED = "rejected"  # can never fit; never admitted
+
+
+@dataclass(eq=False)
+class Request:
+    """One request's counters and timestamps. Identity is the object (``eq=False``)."""
+
+    request_id: int
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    token_ids: tuple[int, ...] | None = None
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    # timestamps (simulated time) and counts, for the metrics
+    admitted_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_preemptions: int = 0
+    num_swaps: int = 0
+    num_recomputed_tokens: int = 0
+    reject_reason: str | None = None
+    seq_ids: list[object] = field(default_factory=list)
+
+    @classmethod
+    def from_spec(cls, spec: RequestSpec) -> Request:
+        return cls(spec.request_id, spec.arrival_time, spec.prompt_len, spec.output_len)
+
+    def __post_init__(self) -> None:
+        if not self.seq_ids:
+            self.seq_ids = [self.request_id]  # a group of one; parallel sampling adds more
+
+    @property
+    def seq_id(self) -> object:
+        """The memory manager key of the request's (first) sequence."""
+        return self.seq_ids[0]
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens known so far: the prompt and every output sampled."""
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """The most token states the request ever holds: prompt + output - 1."""
+        return self.prompt_len + self.output_len - 1
+
+    @property
+    def final_len(self) -> int:
+        """prompt + output tokens (the DESIGN's 'final length')."""
+        return self.prompt_len + self.output_len
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens still to compute before the next output can be sampled."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def in_prefill(self) -> bool:
+        """More than one token to compute (prompt, chunk remainder or recompute)."""
+        return self.num_pending_tokens > 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)

@@ -1,0 +1,212 @@
+"""The scheduler interface, and the continuous-batching skeleton every policy shares.
+
+The memory manager keeps the books; the scheduler makes policy: it decides who runs, asks the
+allocator for room (``can_allocate``/``allocate``, ``append_slots``), and alone picks victims.
+A policy is one subclass in one file under ``pagedkv.engine.policies``, registered by name.
+
+One iteration of the skeleton (vLLM v0 without chunked prefill, vLLM v1 with it)::
+
+    without chunked prefill:  admit waiting prompts (a prefill-only step) if any fit,
+                              else one decode step for every running request
+    with chunked prefill:     decodes first, then prefill chunks of running requests,
+                              then new admissions, all within one token budget
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.interface import AllocStatus, BlockCopy, KVAllocator, SlotCopy, SwapMapping
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """``num_new_tokens`` of ``request`` computed this iteration after ``num_cached_tokens``."""
+
+    request: Request
+    num_new_tokens: int
+    num_cached_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    """What one iteration runs, and the memory operations the executor performs first."""
+
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    copies: list[BlockCopy | SlotCopy] = field(default_factory=list)
+    swap_out: list[SwapMapping] = field(default_factory=list)
+    swap_in: list[SwapMapping] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    blocked_on_memory: bool = False
+    """A request waited this iteration because memory was short (not a budget)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+class Scheduler(abc.ABC):
+    """Queues, admission at arrival (reject what can never fit), finishing, preemption."""
+
+    name: ClassVar[str]
+    preempts: ClassVar[bool] = False
+
+    @classmethod
+    @abc.abstractmethod
+    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVAllocator:
+        """The memory this policy runs on, with the capacity of ``cache``."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # kept in arrival order
+        self.swapped: deque[Request] = deque()
+        self.num_swap_fallbacks = 0  # swap wanted, CPU pool full: recomputed instead
+
+    # ----- arrivals and completions -------------------------------------------------------
+    def add_request(self, req: Request) -> bool:
+        """Queue an arrival, or reject it (False) with a reason if it can never fit."""
+        if req.final_len > self.config.max_model_len:
+            return self._reject(
+                req,
+                f"prompt + output = {req.final_len} > max_model_len {self.config.max_model_len}",
+            )
+        status = self.kv.can_allocate(
+            req.seq_id, req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
+        )
+        if status is AllocStatus.NEVER:
+            return self._reject(
+                req,
+                f"needs {req.max_kv_tokens} token slots; the KV cache of {self.kv.capacity} "
+                "slots can never hold it",
+            )
+        self.waiting.append(req)
+        return True
+
+    def finish(self, req: Request) -> list[Request]:
+        """``req`` sampled its last token; returns the requests that complete now."""
+        self.kv.free(req.seq_id)
+        self.running.remove(req)
+        req.status = RequestStatus.FINISHED
+        return [req]
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def has_queued(self) -> bool:
+        """Does any request wait to be admitted or resumed? Free memory then counts as
+        external fragmentation: the policy admits whenever memory allows, so what is free
+        could not serve the waiting request (a max_num_seqs cap is the one exception)."""
+        return bool(self.waiting or self.swapped)
+
+    def stuck(self) -> list[Request]:
+        """Every unfinished request (named in a deadlock report)."""
+        return [*self.running, *self.swapped, *self.waiting]
+
+    @abc.abstractmethod
+    def schedule(self) -> SchedulerOutput:
+        """Build one iteration's batch and allocate its slots."""
+
+    # ----- helpers for policies -----------------------------------------------------------
+    def _reject(self, req: Request, reason: str) -> bool:
+        req.status = RequestStatus.REJECTED
+        req.reject_reason = reason
+        return False
+
+    def _start_running(self, req: Request) -> None:
+        req.status = RequestStatus.RUNNING
+        keys = [(r.arrival_time, r.request_id) for r in self.running]
+        self.running.insert(bisect.bisect(keys, (req.arrival_time, req.request_id)), req)
+
+    def _chunk(self, req: Request, n: int) -> ScheduledChunk:
+        return ScheduledChunk(req, n, req.num_computed_tokens)
+
+    def _admit_waiting(self, out: SchedulerOutput, token_budget: int, chunked: bool) -> int:
+        """Admit waiting requests first-come-first-served; returns the tokens scheduled."""
+        used = 0
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            n = req.num_pending_tokens
+            if chunked:
+                n = min(n, token_budget - used)
+            if n <= 0 or used + n > token_budget:
+                break
+            if not self._can_admit(req, n):
+                out.blocked_on_memory = True
+                break
+            computed = self.kv.allocate(
+                req.seq_id, n, token_ids=req.token_ids, final_len=req.max_kv_tokens
+            )
+            if computed is None:
+                out.blocked_on_memory = True
+                break
+            self.waiting.popleft()
+            req.num_computed_tokens = computed
+            self._start_running(req)
+            out.chunks.append(self._chunk(req, n - computed))
+            used += n - computed
+        return used
+
+    def _can_admit(self, req: Request, num_tokens: int) -> bool:
+        """Admission test; the default asks the allocator (watermark included)."""
+        status = self.kv.can_allocate(
+            req.seq_id, num_tokens, token_ids=req.token_ids, final_len=req.max_kv_tokens
+        )
+        return status is AllocStatus.OK
+
+    def _append(self, req: Request, n: int, out: SchedulerOutput) -> bool:
+        """Slots for ``n`` more tokens of a running request; preempt (policy) if none."""
+        while True:
+            copies = self.kv.append_slots(req.seq_id, n)
+            if copies is not None:
+                out.copies.extend(copies)
+                return True
+            if not self.preempts:
+                return False  # no room and no preemption: the request stalls this iteration
+            victim = self.running[-1]  # the most recently arrived (vLLM's victim choice)
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        """Overridden by preempting policies."""
+        raise NotImplementedError(f"{self.name} does not preempt")
+
+    def _prefill_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Chunks of running requests still prefilling (chunked prefill), within ``budget``."""
+        used = 0
+        for req in list(self.running):
+            n = min(req.num_pending_tokens, budget - used)
+            if req.status is not RequestStatus.RUNNING or req.num_pending_tokens <= 1 or n <= 0:
+                continue
+            if self._append(req, n, out):
+                out.chunks.append(self._chunk(req, n))
+                used += n
+        return used
+
+    def _decode_running(self, out: SchedulerOutput, only: Sequence[Request] | None = None) -> int:
+        """One token for every running request whose prefill is done; returns tokens."""
+        used = 0
+        scheduled = {c.request for c in out.chunks}
+        for req in list(self.running if only is None else only):
+            if req.status is not RequestStatus.RUNNING or req.num_pending_tokens != 1:
+                continue
+            if req in scheduled:
+                continue
+            if self._append(req, 1, out):
+                out.chunks.append(self._chunk(req, 1))
+                used += 1
+        return used
