@@ -16,7 +16,7 @@ come is a deadlock, reported with the stuck requests. No step cap is involved.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pagedkv.engine.executor import Executor
@@ -61,8 +61,10 @@ class Engine:
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
         self.fast_forward = FastForward(self) if not (reference or trace_steps) else None
+        self.progress: Callable[[int, int], None] | None = None  # (ended, total)
         self.now = 0.0
         self.totals = StepTotals()
+        self._ended = 0
         self.steps: list[StepRecord] = []
 
     def run(self) -> EngineRun:
@@ -119,6 +121,9 @@ class Engine:
         for req in finished:
             for done in self.scheduler.finish(req):
                 done.finish_time = self.now
+                self._ended += 1
+        if finished and self.progress is not None:
+            self.progress(self._ended, len(self.requests))
 
     def _account(self, batch: SchedulerOutput, duration: float, usage: MemoryUsage) -> None:
         sched = self.scheduler

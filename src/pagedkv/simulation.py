@@ -1,0 +1,260 @@
+"""``pagedkv.simulate(config) -> SimulationResult``: one simulated serving run, end to end.
+
+A ``SimulationConfig`` holds one frozen, validated config per concern (hardware and memory,
+scheduling, workload). Its flat view, one key per option, is what ``pagedkv simulate`` takes as
+flags (``--block-size``) and ``--config FILE.yaml`` takes as keys (``block_size``); an unknown
+key or a bad value is one ``ConfigError`` naming it, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
+from pagedkv.engine.engine import Engine
+from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.metrics import request_record, step_dict, summarize
+from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.specs import GiB, get_gpu, get_model, kv_capacity, swap_space_blocks
+from pagedkv.errors import ConfigError
+from pagedkv.memory.config import CacheConfig
+from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
+from pagedkv.workloads.config import WorkloadConfig
+from pagedkv.workloads.factory import make_workload
+
+
+class CostModelKind(enum.Enum):
+    UNIT = "unit"
+    """One tick per iteration (the course lesson's steps)."""
+    ROOFLINE = "roofline"
+    """Seconds from GPU x model: max(FLOPs / peak, bytes / bandwidth) + overhead."""
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The model, the GPU, the KV memory carved out of it, and how iterations are timed."""
+
+    model: str = help_field("OPT-13B", "Model preset name, or a Hugging Face config.json path.")
+    gpu: str = help_field("A100-40GB", "GPU preset name.")
+    tensor_parallel_size: int = help_field(1, "GPUs the model is split over (>= 1).")
+    gpu_memory_utilization: float = help_field(
+        0.9, "Fraction of GPU memory for weights, activations and the KV cache, in (0, 1)."
+    )
+    num_gpu_blocks: int | None = help_field(
+        None, "KV blocks per GPU, overriding what the memory left after the weights holds."
+    )
+    swap_space: float = help_field(4.0, "CPU swap space per GPU in GiB (vLLM's default 4).")
+    block_size: int = help_field(16, "Token slots per KV block (>= 1).")
+    watermark: float = help_field(0.01, "Fraction of GPU blocks admission keeps free.")
+    enable_prefix_caching: bool = help_field(False, "Reuse cached full blocks of equal prefixes.")
+    cost_model: CostModelKind = help_field(
+        CostModelKind.ROOFLINE, "Iteration timing: 'unit' (1 tick each) or 'roofline' (seconds)."
+    )
+
+    def __post_init__(self) -> None:
+        get_model(self.model)
+        get_gpu(self.gpu)
+        check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
+        if self.num_gpu_blocks is not None:
+            check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
+        if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, (int, float)):
+            raise ConfigError("swap_space", self.swap_space, "must be a number of GiB >= 0")
+        if self.swap_space < 0:
+            raise ConfigError("swap_space", self.swap_space, "must be a number of GiB >= 0")
+        check_int("block_size", self.block_size, 1)
+        check_fraction("watermark", self.watermark)
+        check_bool("enable_prefix_caching", self.enable_prefix_caching)
+        object.__setattr__(
+            self, "cost_model", check_choice("cost_model", self.cost_model, CostModelKind)
+        )
+
+
+# Flat keys that are not the field's own name in its section.
+_RENAMED = {"workload": ("workload", "kind")}
+_SECTIONS: dict[str, type] = {
+    "hardware": HardwareConfig,
+    "scheduler": SchedulerConfig,
+    "workload": WorkloadConfig,
+}
+_RUN_KEYS = ("reference", "trace_steps")
+
+
+def _flat_keys() -> dict[str, list[tuple[str, str]]]:
+    """Flat key -> [(section, field)]; max_model_len feeds both scheduler and workload."""
+    keys: dict[str, list[tuple[str, str]]] = {}
+    for section, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            flat = next((k for k, v in _RENAMED.items() if v == (section, f.name)), f.name)
+            keys.setdefault(flat, []).append((section, f.name))
+    return keys
+
+
+FLAT_KEYS = _flat_keys()
+
+
+def flat_help() -> dict[str, str]:
+    """Help text of every flat key (the CLI's flags)."""
+    out = {}
+    for key, targets in FLAT_KEYS.items():
+        section, name = targets[0]
+        f = next(f for f in dataclasses.fields(_SECTIONS[section]) if f.name == name)
+        out[key] = str(f.metadata.get("help", ""))
+    out["reference"] = "Step every iteration instead of fast-forwarding decode rounds."
+    out["trace_steps"] = "Record every iteration (and step one at a time)."
+    return out
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    reference: bool = False
+    trace_steps: bool = False
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
+        """Build from flat keys (CLI flags, YAML); unknown keys are one clear error."""
+        parts: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        run: dict[str, Any] = {}
+        for key, value in values.items():
+            if key in _RUN_KEYS:
+                run[key] = check_bool(key, value)
+            elif key in FLAT_KEYS:
+                for section, name in FLAT_KEYS[key]:
+                    parts[section][name] = value
+            else:
+                raise ConfigError(key, value, "is not an option; see `pagedkv simulate --help`")
+        hardware = HardwareConfig(**parts["hardware"])
+        if "max_model_len" not in values:  # the model's own limit, as vLLM derives it
+            max_len = get_model(hardware.model).max_model_len
+            parts["scheduler"]["max_model_len"] = parts["workload"]["max_model_len"] = max_len
+        if parts["workload"].get("request_rate") is not None and "arrival" not in values:
+            parts["workload"]["arrival"] = "poisson"  # a rate alone means Poisson arrivals
+        return cls(
+            hardware,
+            SchedulerConfig(**parts["scheduler"]),
+            WorkloadConfig(**parts["workload"]),
+            **run,
+        )
+
+    @classmethod
+    def from_yaml(
+        cls, path: str | Path, overrides: Mapping[str, Any] | None = None
+    ) -> SimulationConfig:
+        """Flat keys from a YAML file (safe loader), then ``overrides`` on top."""
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ConfigError("config", str(path), "must be a YAML mapping of option: value")
+        return cls.from_flat({**data, **(overrides or {})})
+
+    def to_flat(self) -> dict[str, Any]:
+        """Every flat key with its value (enums as their names): the JSON's ``config``."""
+        out: dict[str, Any] = {}
+        for key, targets in FLAT_KEYS.items():
+            section, name = targets[0]
+            value = getattr(getattr(self, section), name)
+            out[key] = value.value if isinstance(value, enum.Enum) else value
+        out["reference"] = self.reference
+        out["trace_steps"] = self.trace_steps
+        return out
+
+
+@dataclass
+class SimulationResult:
+    """A run's summary, per-request records and (with trace_steps) per-iteration records."""
+
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    requests: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"config": self.config, "summary": self.summary, "requests": self.requests}
+        if self.steps:
+            out["steps"] = self.steps
+        return out
+
+    def requests_df(self) -> Any:
+        """Per-request records as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.requests)
+
+    def steps_df(self) -> Any:
+        """Per-iteration records as a pandas DataFrame (needs pandas and trace_steps)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.steps)
+
+
+def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> Engine:
+    hw, sched = config.hardware, config.scheduler
+    model, gpu = get_model(hw.model), get_gpu(hw.gpu)
+    tp = hw.tensor_parallel_size
+    if hw.num_gpu_blocks is not None:
+        num_blocks = hw.num_gpu_blocks
+    else:
+        num_blocks = kv_capacity(
+            gpu,
+            model,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=hw.gpu_memory_utilization,
+            block_size=hw.block_size,
+        ).num_gpu_blocks
+    cpu_blocks = swap_space_blocks(
+        int(hw.swap_space * GiB), model, tensor_parallel_size=tp, block_size=hw.block_size
+    )
+    cache = CacheConfig(
+        num_gpu_blocks=num_blocks,
+        block_size=hw.block_size,
+        num_cpu_blocks=cpu_blocks,
+        watermark=hw.watermark,
+        enable_prefix_caching=hw.enable_prefix_caching,
+    )
+    policy = SCHEDULERS[sched.scheduler]
+    kv = policy.make_allocator(cache, sched)
+    cost: CostModel
+    if hw.cost_model is CostModelKind.UNIT:
+        cost = UnitCost()
+    else:
+        cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
+    return Engine(
+        policy(sched, kv),
+        SimExecutor(cost),
+        make_workload(config.workload),
+        check_integrity=check_integrity,
+        reference=config.reference,
+        trace_steps=config.trace_steps,
+    )
+
+
+def simulate(
+    config: SimulationConfig,
+    *,
+    check_integrity: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationResult:
+    """Run one simulation. ``progress(done, total)`` is called as requests end."""
+    engine = build_engine(config, check_integrity=check_integrity)
+    engine.progress = progress
+    run = engine.run()
+    summary = summarize(run.requests, run.totals, run.sim_time, engine.scheduler.kv.capacity)
+    summary["deadlocked"] = run.deadlocked
+    summary["stuck_requests"] = run.stuck
+    summary["num_gpu_blocks"] = engine.scheduler.kv.capacity // config.hardware.block_size
+    return SimulationResult(
+        config=config.to_flat(),
+        summary=summary,
+        requests=[request_record(r) for r in run.requests],
+        steps=[step_dict(s) for s in run.steps],
+    )

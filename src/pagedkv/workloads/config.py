@@ -1,0 +1,197 @@
+"""WorkloadConfig: which requests a run serves, and when they arrive.
+
+One frozen, validated dataclass (like the memory layer's configs): every field has help text,
+strings are accepted for the choices (from YAML or the CLI), and an inconsistent combination is
+rejected at construction with one ``ConfigError`` naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+
+from pagedkv.errors import ConfigError
+from pagedkv.validation import check_choice, check_int, help_field
+from pagedkv.workloads.arrivals import Arrival, check_rate
+
+DEFAULT_NUM_REQUESTS = 1000
+"""Requests of a synthetic workload unless told: vLLM's serving benchmark's ``--num-prompts``
+default (``benchmarks/benchmark_serving.py``)."""
+
+LESSON_MAX_REQUESTS = 50
+"""The lesson's request i has 50 - i output tokens (``lesson.py``), so at most 50 requests."""
+
+TRACE_SUFFIXES = (".jsonl", ".csv", ".json")
+"""Our trace formats (``trace.py``), and ``.json`` for a ShareGPT-format file."""
+
+
+class WorkloadKind(enum.Enum):
+    """Where the requests' lengths come from."""
+
+    LESSON = "lesson"
+    """The course lesson's 20 requests (``lesson.py``)."""
+    SHAREGPT_LIKE = "sharegpt-like"
+    """Lognormal lengths with ShareGPT's means (``synthetic.SHAREGPT_LIKE``)."""
+    ALPACA_LIKE = "alpaca-like"
+    """Lognormal lengths with Alpaca's means (``synthetic.ALPACA_LIKE``)."""
+    FIXED = "fixed"
+    """Every request has prompt_len and output_len tokens."""
+    UNIFORM = "uniform"
+    """Lengths uniform over [min, max] (integers, both included) on each side."""
+    TRACE = "trace"
+    """A trace file (.jsonl or .csv, see ``trace.py``) or a ShareGPT-format .json file."""
+
+
+_FIXED_FIELDS = ("prompt_len", "output_len")
+_UNIFORM_FIELDS = ("min_prompt_len", "max_prompt_len", "min_output_len", "max_output_len")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """A workload: the kind of lengths, how many requests, the seed, the arrival process."""
+
+    kind: WorkloadKind = help_field(
+        WorkloadKind.LESSON,
+        "Workload: 'lesson', 'sharegpt-like', 'alpaca-like', 'fixed', 'uniform' or 'trace'.",
+    )
+    num_requests: int | None = help_field(
+        None,
+        f"Requests (>= 1). Default: the lesson's 20, every request of a trace, "
+        f"{DEFAULT_NUM_REQUESTS} for a synthetic kind (vLLM's benchmark default); the lesson "
+        f"has at most {LESSON_MAX_REQUESTS}; a trace keeps its first num_requests.",
+    )
+    seed: int = help_field(
+        0, "Seed (>= 0) of every random draw: lengths and arrivals use independent streams."
+    )
+    arrival: Arrival | None = help_field(
+        None,
+        "Arrival process: 'all-at-once' (t = 0), 'poisson' or 'gamma' (both need "
+        "request_rate). Default: all at t = 0, except 'trace' which keeps the file's times.",
+    )
+    request_rate: float | None = help_field(
+        None, "Mean arrival rate in requests per second (> 0); only for 'poisson' and 'gamma'."
+    )
+    burstiness_cv: float = help_field(
+        1.0,
+        "Coefficient of variation of the gamma inter-arrival times (> 0): 1 is Poisson, "
+        "above 1 burstier, below 1 more regular. Only 'gamma' may set it to other than 1.",
+    )
+    prompt_len: int | None = help_field(None, "Prompt tokens of every request (kind 'fixed').")
+    output_len: int | None = help_field(None, "Output tokens of every request (kind 'fixed').")
+    min_prompt_len: int | None = help_field(None, "Smallest prompt length (kind 'uniform').")
+    max_prompt_len: int | None = help_field(None, "Largest prompt length (kind 'uniform').")
+    min_output_len: int | None = help_field(None, "Smallest output length (kind 'uniform').")
+    max_output_len: int | None = help_field(None, "Largest output length (kind 'uniform').")
+    trace_path: str | None = help_field(
+        None, "Trace file (kind 'trace'): .jsonl or .csv, or a ShareGPT-format .json."
+    )
+    max_model_len: int = help_field(
+        2048,
+        "Maximum sequence length (>= 2): longer requests are cut to prompt + output <= this "
+        "(the vLLM paper's 2048).",
+    )
+
+    def __post_init__(self) -> None:
+        kind = check_choice("kind", self.kind, WorkloadKind)
+        object.__setattr__(self, "kind", kind)
+        if self.arrival is not None:
+            object.__setattr__(self, "arrival", check_choice("arrival", self.arrival, Arrival))
+        check_int("seed", self.seed, 0)
+        check_int("max_model_len", self.max_model_len, 2)
+        if self.num_requests is not None:
+            check_int("num_requests", self.num_requests, 1)
+            if kind is WorkloadKind.LESSON and self.num_requests > LESSON_MAX_REQUESTS:
+                raise ConfigError(
+                    "num_requests",
+                    self.num_requests,
+                    f"must be <= {LESSON_MAX_REQUESTS} for 'lesson' (request i has 50 - i "
+                    "output tokens)",
+                )
+        self._check_arrival()
+        self._only_for(WorkloadKind.FIXED, _FIXED_FIELDS)
+        self._only_for(WorkloadKind.UNIFORM, _UNIFORM_FIELDS)
+        self._only_for(WorkloadKind.TRACE, ("trace_path",))
+        if kind is WorkloadKind.FIXED:
+            self._check_fixed()
+        elif kind is WorkloadKind.UNIFORM:
+            self._check_uniform()
+        elif kind is WorkloadKind.TRACE:
+            self._check_trace()
+
+    def _check_arrival(self) -> None:
+        timed = self.arrival in (Arrival.POISSON, Arrival.GAMMA)
+        if timed:
+            if self.request_rate is None:
+                raise ConfigError(
+                    "request_rate", None, f"arrival {self.arrival_name!r} needs a request rate > 0"
+                )
+            check_rate("request_rate", self.request_rate)
+        elif self.request_rate is not None:
+            raise ConfigError(
+                "request_rate",
+                self.request_rate,
+                f"is only used by arrival 'poisson' or 'gamma', not {self.arrival_name!r}",
+            )
+        check_rate("burstiness_cv", self.burstiness_cv)
+        if self.burstiness_cv != 1.0 and self.arrival is not Arrival.GAMMA:
+            raise ConfigError(
+                "burstiness_cv",
+                self.burstiness_cv,
+                f"must be 1 unless arrival is 'gamma' (arrival is {self.arrival_name!r})",
+            )
+
+    @property
+    def arrival_name(self) -> str:
+        """The arrival process's name, or 'default' when the kind's own applies."""
+        return "default" if self.arrival is None else self.arrival.value
+
+    def _only_for(self, kind: WorkloadKind, fields: tuple[str, ...]) -> None:
+        if self.kind is kind:
+            return
+        for name in fields:
+            value = getattr(self, name)
+            if value is not None:
+                raise ConfigError(
+                    name, value, f"is only used by kind {kind.value!r}, not {self.kind.value!r}"
+                )
+
+    def _check_fixed(self) -> None:
+        prompt = _require_int(self, "prompt_len", 1)
+        output = _require_int(self, "output_len", 1)
+        if prompt + output > self.max_model_len:
+            raise ConfigError(
+                "output_len",
+                output,
+                f"prompt_len + output_len must be <= max_model_len ({self.max_model_len})",
+            )
+
+    def _check_uniform(self) -> None:
+        lo_p, hi_p, lo_o, hi_o = (_require_int(self, name, 1) for name in _UNIFORM_FIELDS)
+        check_int("max_prompt_len", hi_p, lo_p)
+        check_int("max_output_len", hi_o, lo_o)
+        if lo_p + lo_o > self.max_model_len:
+            raise ConfigError(
+                "min_output_len",
+                lo_o,
+                f"min_prompt_len + min_output_len must be <= max_model_len "
+                f"({self.max_model_len}): every request would be cut",
+            )
+
+    def _check_trace(self) -> None:
+        path = self.trace_path
+        if path is None:
+            raise ConfigError("trace_path", None, "kind 'trace' needs a trace file")
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError("trace_path", path, "must be a path")
+        text = os.fspath(path)
+        if not isinstance(text, str) or not text.endswith(TRACE_SUFFIXES):
+            raise ConfigError("trace_path", path, "must end in " + ", ".join(TRACE_SUFFIXES))
+        object.__setattr__(self, "trace_path", text)
+
+
+def _require_int(config: WorkloadConfig, name: str, minimum: int) -> int:
+    value = getattr(config, name)
+    if value is None:
+        raise ConfigError(name, None, f"kind {config.kind.value!r} needs {name}")
+    return check_int(name, value, minimum)

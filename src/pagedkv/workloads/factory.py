@@ -1,0 +1,110 @@
+"""make_workload: a WorkloadConfig in, the requests of a run out.
+
+The steps, in order:
+
+1. Lengths from the kind: the lesson's requests; a synthetic model's draws (``synthetic.py``,
+   the PROMPT and OUTPUT streams of the seed); a trace's lines (``trace.py``: its first
+   num_requests lines) or, for a ``.json`` trace, a ShareGPT import (``num_requests`` pairs
+   drawn with the seed; all of them if unset). Asking a file for more requests than it has is
+   a ConfigError, not a shorter run.
+2. Arrival times: with ``arrival`` unset, the kind's own: t = 0 for the lesson and the
+   synthetic kinds, the file's times for a trace (0 for ShareGPT, which has none). With
+   ``arrival`` set, the process's times (``arrivals.py``, the ARRIVALS stream of the seed)
+   replace them, for every kind, the trace's times included.
+3. Capping: prompt + output <= max_model_len (``synthetic.cap_lengths``: the prompt is cut to
+   max_model_len - 1, then the output to what is left).
+4. Order: sorted by arrival time, stable (ties keep their order), and renumbered 0..n-1 in
+   that order. A trace's own request ids are not kept (``read_trace`` has them); its extra
+   columns are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pagedkv.errors import ConfigError
+from pagedkv.workloads.arrivals import arrival_times
+from pagedkv.workloads.config import DEFAULT_NUM_REQUESTS, WorkloadConfig, WorkloadKind
+from pagedkv.workloads.lesson import LESSON, lesson_workload
+from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.synthetic import (
+    ALPACA_LIKE,
+    SHAREGPT_LIKE,
+    Fixed,
+    LengthModel,
+    Stream,
+    Uniform,
+    cap_lengths,
+    child_rng,
+)
+from pagedkv.workloads.trace import import_sharegpt, read_trace
+
+
+def length_model(config: WorkloadConfig) -> LengthModel:
+    """The length distributions of a synthetic kind ('sharegpt-like', 'alpaca-like', 'fixed',
+    'uniform'); ValueError for the others, whose lengths come from elsewhere."""
+    kind = config.kind
+    if kind is WorkloadKind.SHAREGPT_LIKE:
+        return SHAREGPT_LIKE
+    if kind is WorkloadKind.ALPACA_LIKE:
+        return ALPACA_LIKE
+    # WorkloadConfig has checked that the fields of 'fixed' and 'uniform' are set.
+    c = config
+    if kind is WorkloadKind.FIXED and c.prompt_len is not None and c.output_len is not None:
+        return LengthModel(Fixed(c.prompt_len), Fixed(c.output_len))
+    if kind is WorkloadKind.UNIFORM:
+        lo_p, hi_p = c.min_prompt_len, c.max_prompt_len
+        lo_o, hi_o = c.min_output_len, c.max_output_len
+        if lo_p is not None and hi_p is not None and lo_o is not None and hi_o is not None:
+            return LengthModel(Uniform(lo_p, hi_p), Uniform(lo_o, hi_o))
+    raise ValueError(f"kind {kind.value!r} has no length model")
+
+
+def make_workload(config: WorkloadConfig) -> list[RequestSpec]:
+    """The requests of ``config``: sorted by arrival time, ids 0..n-1 (see the module docstring).
+
+    Deterministic: the same config gives the same list, and the lengths do not depend on the
+    arrival process.
+    """
+    base = _base_requests(config)
+    if config.arrival is None:
+        times = [float(r.arrival_time) for r in base]
+    else:
+        times = arrival_times(
+            len(base),
+            config.arrival,
+            rng=child_rng(config.seed, Stream.ARRIVALS),
+            rate=config.request_rate,
+            cv=config.burstiness_cv,
+        )
+    prompts, outputs = cap_lengths(
+        [r.prompt_len for r in base], [r.output_len for r in base], config.max_model_len
+    )
+    order = sorted(range(len(base)), key=times.__getitem__)  # sorted() is stable
+    return [
+        RequestSpec(new_id, prompts[i], outputs[i], times[i], base[i].extra)
+        for new_id, i in enumerate(order)
+    ]
+
+
+def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
+    """The kind's requests before re-timing, capping and renumbering."""
+    n = config.num_requests
+    if config.kind is WorkloadKind.LESSON:
+        return lesson_workload(LESSON.num_requests if n is None else n)
+    if config.kind is WorkloadKind.TRACE:
+        path = Path(str(config.trace_path))
+        if path.suffix == ".json":
+            return import_sharegpt(
+                path, max_model_len=config.max_model_len, seed=config.seed, num_requests=n
+            )
+        requests = read_trace(path)
+        if n is not None and n > len(requests):
+            raise ConfigError(
+                "num_requests", n, f"must be <= the {len(requests)} requests of {path}"
+            )
+        return requests[:n]
+    prompts, outputs = length_model(config).sample(
+        DEFAULT_NUM_REQUESTS if n is None else n, config.seed
+    )
+    return [RequestSpec(i, p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]

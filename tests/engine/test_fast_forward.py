@@ -1,0 +1,102 @@
+"""Differential test: the closed-form fast-forward gives the same run as stepping every round."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
+from pagedkv.engine.metrics import request_record, summarize
+from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.specs import get_gpu, get_model
+from pagedkv.workloads.spec import RequestSpec
+from tests.factories import make_engine
+
+ROOFLINE = RooflineCost(get_gpu("A100-40GB"), get_model("OPT-13B"))
+MAX_LEN = 256
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> list[RequestSpec]:
+    n = draw(st.integers(1, 24))
+    t = 0.0
+    out = []
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.3, 1.0, 2.5]))
+        prompt = draw(st.integers(1, 120))
+        output = draw(st.integers(1, MAX_LEN - prompt))
+        out.append(RequestSpec(i, prompt, output, t))
+    return out
+
+
+def same(a: Any, b: Any, path: str = "") -> None:
+    """Equal, floats to 1e-9 relative (the fast path sums series in closed form)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for x, y in zip(a, b, strict=True):
+            same(x, y, path)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def run(reference: bool, workload: list[RequestSpec], cost: CostModel, **kw: Any) -> Any:
+    engine = make_engine(kw.pop("scheduler"), workload, cost=cost, reference=reference, **kw)
+    result = engine.run()
+    summary = summarize(
+        result.requests, result.totals, result.sim_time, engine.scheduler.kv.capacity
+    )
+    records = [request_record(r) for r in result.requests]
+    return summary, records, result.deadlocked, result.stuck, engine
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    workload=workloads(),
+    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    block_size=st.sampled_from([1, 16, 7]),
+    blocks_tokens=st.integers(MAX_LEN + 32, 2000),
+    mode=st.sampled_from(["recompute", "swap"]),
+    chunked=st.booleans(),
+    roofline=st.booleans(),
+)
+def test_fast_forward_equals_reference(
+    workload: list[RequestSpec],
+    scheduler: str,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    chunked: bool,
+    roofline: bool,
+) -> None:
+    kw: dict[str, Any] = {
+        "scheduler": scheduler,
+        "block_size": block_size,
+        "num_gpu_blocks": blocks_tokens // block_size,
+        "num_cpu_blocks": 64,
+        "preemption_mode": mode,
+        "chunked": chunked and scheduler != "static",
+        "max_num_batched_tokens": 512 if chunked and scheduler != "static" else None,
+        "max_model_len": MAX_LEN,
+    }
+    cost: CostModel = ROOFLINE if roofline else UnitCost()
+    ref = run(True, workload, cost, **kw)
+    fast = run(False, workload, cost, **kw)
+    same(ref[:4], fast[:4])
+
+
+def test_fast_forward_skips_rounds() -> None:
+    """On a steady decode load the fast path runs far fewer scheduler iterations."""
+    workload = [RequestSpec(i, 20, 200, 0.0) for i in range(8)]
+    engine = make_engine("vllm", workload, num_gpu_blocks=200)
+    engine.run()
+    assert engine.fast_forward is not None
+    assert engine.fast_forward.rounds > 10 * engine.fast_forward.windows

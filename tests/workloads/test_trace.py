@@ -1,0 +1,324 @@
+"""Trace files: JSONL and CSV round trips, one clear error per malformed line, ShareGPT import."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedkv.errors import ConfigError
+from pagedkv.workloads.spec import RESERVED_COLUMNS, RequestSpec
+from pagedkv.workloads.trace import (
+    CHARS_PER_TOKEN,
+    TraceError,
+    approx_tokens,
+    import_sharegpt,
+    load_sharegpt,
+    read_trace,
+    write_trace,
+)
+
+SUFFIXES = [".jsonl", ".csv"]
+
+
+def _specs() -> list[RequestSpec]:
+    return [
+        RequestSpec(0, 12, 30, 0.0, (("tenant", "a"), ("note", 'quote " and, comma'))),
+        RequestSpec(7, 1, 1, 0.25, (("tenant", "b"),)),
+        RequestSpec(3, 2047, 1, 0.25),
+        RequestSpec(4, 5, 6, 1e-17 + 1 / 3, (("note", "multi\nline"), ("unicode", "ü\u2028"))),
+    ]
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_round_trip_with_extra_columns(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"t{suffix}"
+    specs = _specs()
+    assert write_trace(path, specs) == path
+    assert read_trace(path) == specs
+    text = path.read_text()
+    write_trace(path, read_trace(path))  # the file we write comes back byte for byte
+    assert path.read_text() == text
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_between_formats(tmp_path: Path, suffix: str) -> None:
+    other = ".csv" if suffix == ".jsonl" else ".jsonl"
+    write_trace(tmp_path / f"a{suffix}", _specs())
+    write_trace(tmp_path / f"b{other}", read_trace(tmp_path / f"a{suffix}"))
+    assert read_trace(tmp_path / f"b{other}") == _specs()
+
+
+_text = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=8)
+_extra = st.lists(
+    # CSV strips header names and cannot hold an empty value (see trace.py): names without
+    # edge blanks, values not empty.
+    st.tuples(_text.filter(lambda s: s.strip() == s and s not in RESERVED_COLUMNS), _text),
+    max_size=3,
+    unique_by=lambda kv: kv[0],
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1e6, allow_nan=False), st.integers(1, 10**6), st.integers(1, 10**6), _extra
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(SUFFIXES),
+)
+def test_round_trip_property(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[float, int, int, list[tuple[str, str]]]],
+    suffix: str,
+) -> None:
+    rows.sort(key=lambda r: r[0])
+    specs = [RequestSpec(i, p, o, t, tuple(x)) for i, (t, p, o, x) in enumerate(rows)]
+    path = tmp_path_factory.mktemp("trace") / f"t{suffix}"
+    write_trace(path, specs)
+    assert read_trace(path) == specs
+
+
+def test_handwritten_csv(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    # Any column order, no request_id, an extra column, a blank line, an empty extra cell.
+    path.write_text("prompt_len,model,arrival_time,output_len\n3,opt,0.5,4\n\n5,,1e1,6\n")
+    assert read_trace(path) == [
+        RequestSpec(0, 3, 4, 0.5, (("model", "opt"),)),
+        RequestSpec(1, 5, 6, 10.0),
+    ]
+
+
+def test_handwritten_jsonl_keeps_non_string_extras_as_json_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    row = {"arrival_time": 2, "prompt_len": 3, "output_len": 4, "tags": [1, "x"], "ok": True}
+    path.write_text("\n" + json.dumps(row) + "\n")
+    assert read_trace(path) == [RequestSpec(0, 3, 4, 2.0, (("tags", '[1,"x"]'), ("ok", "true")))]
+
+
+def test_request_id_defaults_to_line_order(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    lines = [{"arrival_time": t, "prompt_len": 1, "output_len": 1} for t in (0, 1, 1)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert [r.request_id for r in read_trace(path)] == [0, 1, 2]
+
+
+GOOD = {"arrival_time": 0.5, "prompt_len": 3, "output_len": 4}
+
+
+def _jsonl(*rows: object) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+
+
+JSONL_CASES = [
+    # (content, line, column, value)
+    (_jsonl(GOOD, {"arrival_time": 1, "prompt_len": 3}), 2, "output_len", None),
+    (_jsonl({**GOOD, "prompt_len": 12.5}), 1, "prompt_len", 12.5),
+    (_jsonl({**GOOD, "prompt_len": 12.0}), 1, "prompt_len", 12.0),
+    (_jsonl({**GOOD, "output_len": "4"}), 1, "output_len", "4"),
+    (_jsonl({**GOOD, "output_len": True}), 1, "output_len", True),
+    (_jsonl({**GOOD, "output_len": 0}), 1, "output_len", 0),
+    (_jsonl({**GOOD, "request_id": -1}), 1, "request_id", -1),
+    (_jsonl(GOOD, {**GOOD, "arrival_time": -1}), 2, "arrival_time", -1),
+    (_jsonl({**GOOD, "arrival_time": "soon"}), 1, "arrival_time", "soon"),
+    (_jsonl({**GOOD, "arrival_time": 10**400}), 1, "arrival_time", 10**400),
+    ('{"arrival_time": NaN, "prompt_len": 1, "output_len": 1}\n', 1, "arrival_time", math.nan),
+    (_jsonl(GOOD, '{"arrival_time": 1, "prompt_len": 3,'), 2, "json", None),
+    (_jsonl(GOOD, GOOD, "[1, 2]"), 3, "json", "[1, 2]"),
+    (_jsonl({**GOOD, "arrival_time": 2}, GOOD), 2, "arrival_time", 0.5),
+    (_jsonl({**GOOD, "request_id": 4}, "", {**GOOD, "request_id": 4}), 3, "request_id", 4),
+    (_jsonl(GOOD, {**GOOD, "": "x"}), 2, "extra", None),
+]
+
+
+@pytest.mark.parametrize(("content", "line", "column", "value"), JSONL_CASES)
+def test_malformed_jsonl_line(
+    tmp_path: Path, content: str, line: int, column: str, value: object
+) -> None:
+    _check_error(tmp_path / "bad.jsonl", content, line, column, value)
+
+
+CSV_CASES = [
+    ("arrival_time,prompt_len\n0,1\n", 1, "output_len", None),
+    ("arrival_time,prompt_len,output_len,prompt_len\n", 1, "header", "prompt_len"),
+    ("", 1, "header", ""),
+    ("arrival_time,prompt_len,output_len\n0,1,1\n1,12.5,3\n", 3, "prompt_len", "12.5"),
+    ("arrival_time,prompt_len,output_len\n0,abc,3\n", 2, "prompt_len", "abc"),
+    ("arrival_time,prompt_len,output_len\n0,3,\n", 2, "output_len", None),
+    ("arrival_time,prompt_len,output_len\n-1,3,4\n", 2, "arrival_time", "-1"),
+    ("arrival_time,prompt_len,output_len\nnan,3,4\n", 2, "arrival_time", "nan"),
+    ("arrival_time,prompt_len,output_len\ninf,3,4\n", 2, "arrival_time", "inf"),
+    ("arrival_time,prompt_len,output_len\n\n5,3,4\n\n4,3,4\n", 5, "arrival_time", 4.0),
+    ("arrival_time,prompt_len,output_len\n0,3,4,5\n", 2, "cells", 4),
+    ("request_id,arrival_time,prompt_len,output_len\n1,0,3,4\n1,0,3,4\n", 3, "request_id", 1),
+]
+
+
+@pytest.mark.parametrize(("content", "line", "column", "value"), CSV_CASES)
+def test_malformed_csv_line(
+    tmp_path: Path, content: str, line: int, column: str, value: object
+) -> None:
+    _check_error(tmp_path / "bad.csv", content, line, column, value)
+
+
+def _check_error(path: Path, content: str, line: int, column: str, value: object) -> None:
+    path.write_text(content)
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    err = info.value
+    assert isinstance(err, ConfigError)
+    assert (err.path, err.line, err.column) == (path, line, column)
+    message = str(err)
+    assert message.startswith(f"{path}:{line}: {column}: got ")
+    assert "must" in message
+    if value is not None and column != "json":
+        assert repr(value) in message
+
+
+@pytest.mark.parametrize("name", ["t.txt", "t.json", "t"])
+def test_unknown_suffix(tmp_path: Path, name: str) -> None:
+    for call in (lambda p: read_trace(p), lambda p: write_trace(p, [])):
+        with pytest.raises(ConfigError) as info:
+            call(tmp_path / name)
+        assert info.value.field == "trace_path"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        read_trace(tmp_path / "absent.csv")
+    assert info.value.field == "trace_path"
+
+
+def test_write_refuses_unsorted_or_duplicate_requests(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    with pytest.raises(ConfigError, match=r"requests\[1\]\.arrival_time"):
+        write_trace(path, [RequestSpec(0, 1, 1, 2.0), RequestSpec(1, 1, 1, 1.0)])
+    with pytest.raises(ConfigError, match=r"requests\[1\]\.request_id"):
+        write_trace(path, [RequestSpec(0, 1, 1), RequestSpec(0, 1, 1)])
+    with pytest.raises(ConfigError, match=r"requests\[0\]\.arrival_time"):
+        write_trace(path, [RequestSpec(0, 1, 1, math.nan)])
+    assert not path.exists()
+
+
+# ShareGPT ------------------------------------------------------------------------------------
+
+C1 = [
+    {"from": "human", "value": "Hello there, how are you?"},
+    {"from": "gpt", "value": "Fine, thank you. And you?"},
+    {"from": "human", "value": "Write me a long poem."},
+    {"from": "gpt", "value": "x" * 400},
+    {"from": "human", "value": "unanswered"},
+]
+C2 = [
+    {"from": "system", "value": "be brief"},
+    {"from": "human", "value": "a"},
+    {"from": "gpt", "value": "   "},
+    {"from": "gpt", "value": "an extra reply, without a question"},
+    {"from": "human", "value": "what is 2 + 2?"},
+    {"from": "human", "value": "hello?"},
+    {"from": "gpt", "value": "four"},
+]
+CONVERSATIONS = [{"id": "c1", "conversations": C1}, {"conversations": C2}]
+
+
+def _write_sharegpt(tmp_path: Path, data: object = CONVERSATIONS) -> Path:
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_sharegpt_without_tokenizer(tmp_path: Path) -> None:
+    path = _write_sharegpt(tmp_path)
+    result = load_sharegpt(path, max_model_len=60)
+
+    def tokens(text: str) -> int:
+        return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+    expected = [
+        (C1[0]["value"], C1[1]["value"], "c1", "0"),
+        (C2[5]["value"], C2[6]["value"], "1", "1"),  # no "id": the item's index
+    ]
+    assert result.requests == tuple(
+        RequestSpec(i, tokens(p), tokens(o), 0.0, (("conversation_id", c), ("turn", t)))
+        for i, (p, o, c, t) in enumerate(expected)
+    )
+    # 4 pairs; the poem (6 + 100 tokens) is too long for 60; the blank reply is empty;
+    # "unanswered" and "what is 2 + 2?" have no reply right after them.
+    counts = (result.pairs, result.dropped_too_long, result.dropped_empty, result.unpaired)
+    assert counts == (4, 1, 1, 2)
+
+
+def test_sharegpt_with_tokenizer(tmp_path: Path) -> None:
+    path = _write_sharegpt(tmp_path)
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    requests = import_sharegpt(path, tokenizer=words)
+    # With the default 2048 the poem fits; the blank reply is still dropped.
+    pairs = [(C1[0], C1[1]), (C1[2], C1[3]), (C2[5], C2[6])]
+    expected = [(words(p["value"]), words(o["value"])) for p, o in pairs]
+    assert [(r.prompt_len, r.output_len) for r in requests] == expected
+
+
+def test_approx_tokens() -> None:
+    assert [approx_tokens("x" * n) for n in (0, 1, 4, 5, 8, 9)] == [1, 1, 1, 2, 2, 3]
+
+
+def test_sharegpt_sampling(tmp_path: Path) -> None:
+    many = [
+        {
+            "id": str(i),
+            "conversations": [
+                {"from": "human", "value": "q" * (i + 1)},
+                {"from": "gpt", "value": "a"},
+            ],
+        }
+        for i in range(50)
+    ]
+    path = _write_sharegpt(tmp_path, many)
+    a = import_sharegpt(path, num_requests=10, seed=1)
+    assert a == import_sharegpt(path, num_requests=10, seed=1)
+    assert a != import_sharegpt(path, num_requests=10, seed=2)
+    assert [r.request_id for r in a] == list(range(10))
+    ids = [int(dict(r.extra)["conversation_id"]) for r in a]
+    assert ids == sorted(ids)  # kept in file order
+    assert len(set(ids)) == 10
+    with pytest.raises(ConfigError) as info:
+        import_sharegpt(path, num_requests=51)
+    assert info.value.field == "num_requests"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"conversations": []},
+        [{"id": "x"}],
+        [{"conversations": [{"from": "human", "value": 3}]}],
+        [{"conversations": ["hi"]}],
+    ],
+)
+def test_malformed_sharegpt(tmp_path: Path, data: object) -> None:
+    path = _write_sharegpt(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        import_sharegpt(path)
+    assert info.value.field.startswith(str(path))
+
+
+def test_sharegpt_bad_json_and_bad_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text("[{")
+    with pytest.raises(ConfigError) as info:
+        import_sharegpt(path)
+    assert info.value.field == str(path)
+    good = _write_sharegpt(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        import_sharegpt(good, tokenizer=lambda text: -1)
+    assert info.value.field == "tokenizer(text)"
