@@ -48,8 +48,8 @@ class BatchShape:
         """
         tokens = seqs = pairs = reads = 0
         for n, c in chunks:
-            check_int("num_new_tokens", n, 0)
-            check_int("num_cached_tokens", c, 0)
+            if n < 0 or c < 0:
+                raise ConfigError("chunk", (n, c), "needs num_new_tokens, num_cached_tokens >= 0")
             if n:
                 tokens, seqs = tokens + n, seqs + 1
                 pairs += n * c + n * (n + 1) // 2
@@ -96,6 +96,10 @@ class CostModel(Protocol):
 
     def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
         """The smallest k >= 0 with sum_{i<k} d_i >= duration."""
+        ...
+
+    def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+        """The window's step-time lines, for many cheap prefix sums (fast-forward)."""
         ...
 
 
@@ -173,6 +177,31 @@ def max_linear_window(
     return head[0] + tail[0], head[1] + tail[1]
 
 
+class WindowCurve:
+    """Step times d_j = max(f0 + f1*j, g0 + g1*j) + e0 + e1*j of one window (j = 0, 1, ...),
+    with the lines worked out once so that many prefix sums cost a few float operations each.
+    """
+
+    __slots__ = ("e", "f", "g")
+
+    def __init__(
+        self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
+    ) -> None:
+        self.f, self.g, self.e = f, g, e
+
+    def sums(self, k: int) -> tuple[float, float]:
+        """(sum of d_j, sum of j * d_j) over j in [0, k)."""
+        if k <= 0:
+            return 0.0, 0.0
+        peak = max_linear_window(self.f, self.g, k)
+        extra = linear_window(self.e[0], self.e[1], 0, k)
+        return peak[0] + extra[0], peak[1] + extra[1]
+
+    def steps_to_reach(self, duration: float) -> int:
+        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
+        return search_steps(lambda k: self.sums(k)[0], duration)
+
+
 class UnitCost:
     """Every step costs 1 tick, swaps nothing: the course lesson's clock counts iterations."""
 
@@ -189,6 +218,9 @@ class UnitCost:
 
     def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
         return max(0, math.ceil(_check_duration(duration)))
+
+    def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+        return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
 
 
 def _check_efficiency(field: str, value: object) -> float:
@@ -350,4 +382,10 @@ class RooflineCost:
         return peak[0] + extra[0], peak[1] + extra[1]
 
     def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
-        return search_steps(lambda k: self.window(base, delta, k)[0], duration)
+        return self.curve(base, delta).steps_to_reach(duration)
+
+    def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+        c, m, e = self._compute, self._memory, self._extra
+        return WindowCurve(
+            (c.at(base), c.slope(delta)), (m.at(base), m.slope(delta)), (e.at(base), e.slope(delta))
+        )

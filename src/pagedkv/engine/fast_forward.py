@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pagedkv.engine.cost_model import BatchShape
+from pagedkv.engine.cost_model import BatchShape, WindowCurve
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.engine.scheduler import SchedulerOutput
@@ -56,8 +56,9 @@ class FastForward:
         base = BatchShape.from_chunks((1, r.num_computed_tokens) for r in running)
         delta = BatchShape.decode_growth(len(running))
         k = min(r.output_len - r.num_output_tokens for r in running)  # first finish, inclusive
+        curve = self.cost.curve(base, delta)
         if next_arrival is not None:
-            k = min(k, self.cost.steps_to_reach(base, delta, next_arrival - eng.now))
+            k = min(k, curve.steps_to_reach(next_arrival - eng.now))
         # Block allocations per round offset, and the internal fragmentation each one starts.
         bs = kv.growth_block_size
         events: dict[int, list[int]] = {}  # round -> [number of blocks, added internal frag]
@@ -87,7 +88,7 @@ class FastForward:
                     break
         if k <= 0:
             return
-        self._advance(batch, base, delta, k, {i: ev for i, ev in events.items() if i <= k})
+        self._advance(batch, curve, k, {i: ev for i, ev in events.items() if i <= k})
 
     def _pure_decode(self, batch: SchedulerOutput) -> bool:
         running = self.engine.scheduler.running
@@ -95,15 +96,18 @@ class FastForward:
             return False
         if len(batch.chunks) != len(running) or not running:
             return False
-        return all(c.num_new_tokens == 1 for c in batch.chunks) and all(
-            r.num_pending_tokens == 1 for r in running
-        )
+        # A decode computes a generated token (index >= prompt_len); a one-token prompt's
+        # prefill also computes one token but is not a decode (policies may act on the first
+        # decode round, e.g. static closes its batch).
+        return all(
+            c.num_new_tokens == 1 and c.num_cached_tokens >= c.request.prompt_len
+            for c in batch.chunks
+        ) and all(r.num_pending_tokens == 1 for r in running)
 
     def _advance(
         self,
         batch: SchedulerOutput,
-        base: BatchShape,
-        delta: BatchShape,
+        curve: WindowCurve,
         k: int,
         events: dict[int, list[int]],
     ) -> None:
@@ -114,14 +118,14 @@ class FastForward:
         waiting = sched.has_queued()  # constant in the window: nobody arrives or is admitted
         u = kv.usage(waiting_for_memory=waiting)
         n = len(sched.running)
-        total, moment = self.cost.window(base, delta, k)  # sum d_j, sum j*d_j, j = 0..k-1
+        total, moment = curve.sums(k)  # sum d_j, sum j*d_j, j = 0..k-1
         # Integrals of the categories over the window, each weighted by round duration.
         tokens = (u.token_states + n) * total + n * moment
         alloc = u.allocated * total
         internal = u.internal_fragmentation * total
         bs = kv.growth_block_size or 0
         for i, (blocks, tail) in events.items():
-            after = total - self.cost.window(base, delta, i - 1)[0]  # rounds i..k
+            after = total - curve.sums(i - 1)[0]  # rounds i..k
             alloc += bs * blocks * after
             internal += tail * after
         integrals = {
