@@ -32,6 +32,7 @@ test: $(VENV)/.test
 ## make bench: micro-benchmarks of the memory manager against a list-based floor
 bench: $(VENV)/.base
 	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/bench_engine.py
 
 ## make lint: ruff and mypy, both must be clean
 lint: $(VENV)/.test

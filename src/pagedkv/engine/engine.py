@@ -8,9 +8,12 @@
         account memory during the iteration (time-weighted)
         advance counters; finished requests free their memory
 
-Termination: every iteration either computes at least one token (each request needs finitely
-many) or the loop jumps to the next arrival (finitely many); an empty batch with no arrival to
-come is a deadlock, reported with the stuck requests. No step cap is involved.
+Termination: every iteration either computes at least one token or jumps to the next arrival
+(finitely many). Preemption by recompute discards tokens, but victims are always the most
+recently arrived, so the oldest running request keeps its tokens and finishes (it fits alone:
+requests that cannot are rejected at arrival); by induction every admitted request finishes.
+An empty batch with no arrival to come is a deadlock, reported with the stuck requests. Every
+scheduler loop moves a request between queues or stops. No step cap is involved.
 """
 
 from __future__ import annotations

@@ -77,9 +77,12 @@ class VllmScheduler(Scheduler):
             n = req.num_pending_tokens
             if self.config.enable_chunked_prefill:
                 n = min(n, max(0, self.config.token_budget - out.num_tokens))
-            if n and self._append(req, n, out):
-                out.chunks.append(self._chunk(req, n))
-                used += n
+            if not n:
+                continue
+            if not self._append(req, n, out):
+                break  # no block for its next token: it went back out; stop resuming
+            out.chunks.append(self._chunk(req, n))
+            used += n
         return used
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:

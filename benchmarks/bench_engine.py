@@ -1,0 +1,109 @@
+"""Simulator speed: a large ShareGPT-like Poisson run, and fast-forward against --reference.
+
+    python benchmarks/bench_engine.py [--requests 100000] [--slice 2000] [--rate 1.5]
+
+Reports wall time, simulated requests per wall second and peak memory (RSS) of the large run,
+and, on a slice run both ways in the same process, the fast-forward's speed-up over stepping
+every iteration (the two runs' summaries must agree). Ratios, not absolute seconds, are what
+to compare across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pagedkv.io import atomic_write_json
+from pagedkv.simulation import SimulationConfig, simulate
+
+
+def run(requests: int, rate: float, reference: bool) -> tuple[float, dict[str, Any]]:
+    config = SimulationConfig.from_flat(
+        {
+            "model": "OPT-13B",
+            "gpu": "A100-40GB",
+            "scheduler": "vllm",
+            "preemption_mode": "recompute",
+            "workload": "sharegpt-like",
+            "num_requests": requests,
+            "request_rate": rate,
+            "seed": 0,
+            "reference": reference,
+        }
+    )
+    t0 = time.perf_counter()
+    result = simulate(config)
+    return time.perf_counter() - t0, result.summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--slice", type=int, default=2_000)
+    parser.add_argument("--rate", type=float, default=1.5, help="requests per second")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+
+    ref_s, ref = run(args.slice, args.rate, reference=True)
+    fast_s, fast = run(args.slice, args.rate, reference=False)
+    agree = all(ref[k] == fast[k] for k in ("finished", "iterations", "preemptions"))
+    big_s, big = run(args.requests, args.rate, reference=False)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+    table = Table(title="pagedkv simulator speed (OPT-13B, A100-40GB, vllm, ShareGPT-like)")
+    for col in ("run", "requests", "iterations", "wall s", "sim req / wall s", "note"):
+        table.add_column(col, justify="left" if col in ("run", "note") else "right")
+    table.add_row(
+        "reference",
+        str(args.slice),
+        str(ref["iterations"]),
+        f"{ref_s:.2f}",
+        f"{args.slice / ref_s:,.0f}",
+        "steps every iteration",
+    )
+    table.add_row(
+        "fast-forward",
+        str(args.slice),
+        str(fast["iterations"]),
+        f"{fast_s:.2f}",
+        f"{args.slice / fast_s:,.0f}",
+        f"{ref_s / fast_s:.1f}x the reference; summaries agree: {agree}",
+    )
+    table.add_row(
+        "fast-forward",
+        str(args.requests),
+        str(big["iterations"]),
+        f"{big_s:.2f}",
+        f"{args.requests / big_s:,.0f}",
+        f"peak RSS {peak_mb:,.0f} MiB",
+    )
+    Console().print(table)
+    if args.json:
+        atomic_write_json(
+            args.json,
+            {
+                "slice": {
+                    "requests": args.slice,
+                    "reference_s": ref_s,
+                    "fast_s": fast_s,
+                    "speedup": ref_s / fast_s,
+                    "agree": agree,
+                },
+                "large": {
+                    "requests": args.requests,
+                    "wall_s": big_s,
+                    "requests_per_s": args.requests / big_s,
+                    "peak_rss_mib": peak_mb,
+                    "iterations": big["iterations"],
+                },
+            },
+        )
+
+
+if __name__ == "__main__":
+    main()
