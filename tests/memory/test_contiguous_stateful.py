@@ -176,6 +176,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         for sid, m in self.model.items():
             assert a.num_tokens(sid) == m.tokens
             assert a.region(sid)[1] == m.held
+            assert a.room(sid) == min(m.held, self.config.max_model_len) - m.tokens
         u = a.usage()
         assert u.token_states == sum(m.tokens for m in self.model.values())
         assert u.reservation == sum(min(m.held, m.final) - m.tokens for m in self.model.values())

@@ -183,6 +183,12 @@ class PagedManagerMachine(RuleBasedStateMachine):
         for seq, toks in self.tokens.items():
             assert m.num_tokens(seq) == len(toks)
             assert m.is_swapped(seq) == (seq in self.swapped)
+        for seq in self.on_gpu():
+            blocks = m.block_ids(seq)
+            shared = bool(blocks) and m.gpu.ref_counts[blocks[-1]] > 1
+            free_slots = len(blocks) * self.bs - m.num_tokens(seq)
+            assert m.room(seq) == (0 if shared else free_slots)
+            assert 0 <= m.room(seq) < self.bs
 
     @invariant()
     def cached_keys_match_the_tokens_held(self) -> None:
