@@ -17,13 +17,15 @@ from typing import Any
 
 import yaml
 
+from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.gpus import GiB, get_gpu
 from pagedkv.engine.metrics import request_record, step_dict, summarize
+from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
-from pagedkv.engine.specs import GiB, get_gpu, get_model, kv_capacity, swap_space_blocks
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig
 from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field

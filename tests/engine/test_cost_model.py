@@ -9,15 +9,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pagedkv.engine.cost_model import (
-    BatchShape,
-    CostModel,
-    RooflineConfig,
-    RooflineCost,
-    UnitCost,
-    search_steps,
-)
-from pagedkv.engine.specs import GPUS, MODELS
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
+from pagedkv.engine.gpus import GPUS
+from pagedkv.engine.models import MODELS
+from pagedkv.engine.windows import search_steps
 from pagedkv.errors import ConfigError
 from pagedkv.validation import field_help
 

@@ -9,9 +9,10 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
+from pagedkv.engine.gpus import get_gpu
 from pagedkv.engine.metrics import request_record, summarize
+from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
-from pagedkv.engine.specs import get_gpu, get_model
 from pagedkv.workloads.spec import RequestSpec
 from tests.factories import make_engine
 

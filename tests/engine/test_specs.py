@@ -10,19 +10,9 @@ from typing import Any
 
 import pytest
 
-from pagedkv.engine.specs import (
-    GPUS,
-    MODELS,
-    Architecture,
-    GiB,
-    GPUSpec,
-    ModelSpec,
-    get_gpu,
-    get_model,
-    kv_capacity,
-    model_from_hf_config,
-    swap_space_blocks,
-)
+from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
+from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
+from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model, model_from_hf_config
 from pagedkv.errors import ConfigError
 
 NOMINAL = {

@@ -6,76 +6,23 @@ simulator a closed-form fast-forward over k steps whose shapes grow linearly (a 
 each step every sequence's context grows by one): ``window`` sums the step times and
 ``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k) evaluations.
 Recompute has no separate price: it is the prefill step that redoes the tokens.
+
+``BatchShape`` is in ``batch_shape.py``; the window sums (``linear_window``, ``WindowCurve``,
+...) are in ``windows.py``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pagedkv.engine.specs import GPUSpec, ModelSpec, check_tensor_parallel
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.gpus import GPUSpec
+from pagedkv.engine.models import ModelSpec, check_tensor_parallel
+from pagedkv.engine.windows import WindowCurve, check_duration, linear_window, max_linear_window
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_int, help_field
-
-_SHAPE_FIELDS = ("num_tokens", "num_seqs", "attn_pairs", "kv_read_tokens")
-
-
-@dataclass(frozen=True)
-class BatchShape:
-    """What one step computes, in the four counts a step's cost depends on."""
-
-    num_tokens: int = 0
-    """Tokens computed this step: prefill chunks and decodes together."""
-    num_seqs: int = 0
-    """Sequences with at least one token computed (each gets logits at its last position)."""
-    attn_pairs: int = 0
-    """Sum over computed tokens of the positions each attends to, itself included."""
-    kv_read_tokens: int = 0
-    """K/V tokens read: each sequence reads its whole context (cached + new) once."""
-
-    def __post_init__(self) -> None:
-        for field in _SHAPE_FIELDS:
-            check_int(field, getattr(self, field), 0)
-
-    @classmethod
-    def from_chunks(cls, chunks: Iterable[tuple[int, int]]) -> BatchShape:
-        """From (num_new_tokens, num_cached_tokens) per sequence.
-
-        n new tokens after c cached ones attend to n*c + n*(n+1)/2 positions (causal) and read
-        c + n K/V tokens; a decode is n = 1. Sequences with n = 0 compute nothing and are skipped.
-        """
-        tokens = seqs = pairs = reads = 0
-        for n, c in chunks:
-            if n < 0 or c < 0:
-                raise ConfigError("chunk", (n, c), "needs num_new_tokens, num_cached_tokens >= 0")
-            if n:
-                tokens, seqs = tokens + n, seqs + 1
-                pairs += n * c + n * (n + 1) // 2
-                reads += c + n
-        return cls(tokens, seqs, pairs, reads)
-
-    @classmethod
-    def decode(cls, num_seqs: int, context: int) -> BatchShape:
-        """``num_seqs`` decodes, each after ``context`` cached tokens."""
-        return cls(num_seqs, num_seqs, num_seqs * (context + 1), num_seqs * (context + 1))
-
-    @classmethod
-    def decode_growth(cls, num_seqs: int) -> BatchShape:
-        """The per-step delta of a decode-only batch: each context grows by one token."""
-        return cls(0, 0, num_seqs, num_seqs)
-
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.num_tokens, self.num_seqs, self.attn_pairs, self.kv_read_tokens)
-
-    def __add__(self, other: BatchShape) -> BatchShape:
-        return BatchShape(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
-
-    def __mul__(self, k: int) -> BatchShape:
-        return BatchShape(*(a * k for a in self.as_tuple()))
-
-    __rmul__ = __mul__
 
 
 @runtime_checkable
@@ -103,105 +50,6 @@ class CostModel(Protocol):
         ...
 
 
-def _check_duration(duration: float) -> float:
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-        raise ConfigError("duration", duration, "must be a finite number")
-    if not math.isfinite(duration):
-        raise ConfigError("duration", duration, "must be a finite number")
-    return float(duration)
-
-
-def search_steps(total: Callable[[int], float], duration: float) -> int:
-    """Smallest k >= 0 with total(k) >= duration, for a nondecreasing total with total(0) = 0.
-
-    Exponential search for an upper bound, then bisection: O(log k) calls of ``total``.
-    """
-    if _check_duration(duration) <= 0:
-        return 0
-    lo, hi = 0, 1  # invariant: total(lo) < duration
-    while total(hi) < duration:
-        lo, hi = hi, 2 * hi
-        if hi > 2**62:
-            raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if total(mid) >= duration else (mid, hi)
-    return hi
-
-
-def _power_sums(lo: int, hi: int) -> tuple[int, int, int]:
-    """(count, sum of i, sum of i^2) over i in [lo, hi), exactly."""
-
-    def s1(n: int) -> int:
-        return n * (n - 1) // 2
-
-    def s2(n: int) -> int:
-        return (n - 1) * n * (2 * n - 1) // 6
-
-    return hi - lo, s1(hi) - s1(lo), s2(hi) - s2(lo)
-
-
-def linear_window(a: float, b: float, lo: int, hi: int) -> tuple[float, float]:
-    """(sum of a + b*i, sum of i * (a + b*i)) over i in [lo, hi)."""
-    n, s1, s2 = _power_sums(lo, hi)
-    return n * a + b * s1, a * s1 + b * s2
-
-
-def max_linear_window(
-    f: tuple[float, float], g: tuple[float, float], k: int
-) -> tuple[float, float]:
-    """The window sums of max(f0 + f1*i, g0 + g1*i) over i in [0, k).
-
-    The difference of two linear functions changes sign at most once, so the range splits into
-    at most two pieces, each a linear window.
-    """
-    if k <= 0:
-        return 0.0, 0.0
-    d0, d1 = f[0] - g[0], f[1] - g[1]
-
-    def f_wins(i: int) -> bool:
-        return d0 + d1 * i >= 0
-
-    first = f_wins(0)
-    split = k
-    if f_wins(k - 1) != first:  # one switch, in (0, k-1]: estimate it, then settle rounding
-        root = -d0 / d1
-        split = min(max(math.floor(root) + 1 if first else math.ceil(root), 1), k - 1)
-        while split > 1 and f_wins(split - 1) != first:
-            split -= 1
-        while split < k and f_wins(split) == first:
-            split += 1
-    a, b = (f, g) if first else (g, f)
-    head = linear_window(a[0], a[1], 0, split)
-    tail = linear_window(b[0], b[1], split, k)
-    return head[0] + tail[0], head[1] + tail[1]
-
-
-class WindowCurve:
-    """Step times d_j = max(f0 + f1*j, g0 + g1*j) + e0 + e1*j of one window (j = 0, 1, ...),
-    with the lines worked out once so that many prefix sums cost a few float operations each.
-    """
-
-    __slots__ = ("e", "f", "g")
-
-    def __init__(
-        self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
-    ) -> None:
-        self.f, self.g, self.e = f, g, e
-
-    def sums(self, k: int) -> tuple[float, float]:
-        """(sum of d_j, sum of j * d_j) over j in [0, k)."""
-        if k <= 0:
-            return 0.0, 0.0
-        peak = max_linear_window(self.f, self.g, k)
-        extra = linear_window(self.e[0], self.e[1], 0, k)
-        return peak[0] + extra[0], peak[1] + extra[1]
-
-    def steps_to_reach(self, duration: float) -> int:
-        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
-        return search_steps(lambda k: self.sums(k)[0], duration)
-
-
 class UnitCost:
     """Every step costs 1 tick, swaps nothing: the course lesson's clock counts iterations."""
 
@@ -217,7 +65,7 @@ class UnitCost:
         return float(k), float(k * (k - 1) // 2)
 
     def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
-        return max(0, math.ceil(_check_duration(duration)))
+        return max(0, math.ceil(check_duration(duration)))
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
         return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pagedkv.engine.cost_model import BatchShape, CostModel
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.scheduler import SchedulerOutput
 
 

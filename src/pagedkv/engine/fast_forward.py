@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pagedkv.engine.cost_model import BatchShape, WindowCurve
+from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.engine.windows import WindowCurve
 
 if TYPE_CHECKING:
     from pagedkv.engine.engine import Engine

@@ -4,15 +4,10 @@ from pagedkv.workloads.arrivals import Arrival, arrival_times
 from pagedkv.workloads.config import WorkloadConfig, WorkloadKind
 from pagedkv.workloads.factory import make_workload
 from pagedkv.workloads.lesson import LESSON, lesson_workload
+from pagedkv.workloads.sharegpt import import_sharegpt, load_sharegpt
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.synthetic import ALPACA_LIKE, SHAREGPT_LIKE, LengthModel, cap_lengths
-from pagedkv.workloads.trace import (
-    TraceError,
-    import_sharegpt,
-    load_sharegpt,
-    read_trace,
-    write_trace,
-)
+from pagedkv.workloads.trace import TraceError, read_trace, write_trace
 
 __all__ = [
     "ALPACA_LIKE",

@@ -4,9 +4,9 @@ The steps, in order:
 
 1. Lengths from the kind: the lesson's requests; a synthetic model's draws (``synthetic.py``,
    the PROMPT and OUTPUT streams of the seed); a trace's lines (``trace.py``: its first
-   num_requests lines) or, for a ``.json`` trace, a ShareGPT import (``num_requests`` pairs
-   drawn with the seed; all of them if unset). Asking a file for more requests than it has is
-   a ConfigError, not a shorter run.
+   num_requests lines) or, for a ``.json`` trace, a ShareGPT import (``sharegpt.py``:
+   ``num_requests`` pairs drawn with the seed; all of them if unset). Asking a file for more
+   requests than it has is a ConfigError, not a shorter run.
 2. Arrival times: with ``arrival`` unset, the kind's own: t = 0 for the lesson and the
    synthetic kinds, the file's times for a trace (0 for ShareGPT, which has none). With
    ``arrival`` set, the process's times (``arrivals.py``, the ARRIVALS stream of the seed)
@@ -26,6 +26,7 @@ from pagedkv.errors import ConfigError
 from pagedkv.workloads.arrivals import arrival_times
 from pagedkv.workloads.config import DEFAULT_NUM_REQUESTS, WorkloadConfig, WorkloadKind
 from pagedkv.workloads.lesson import LESSON, lesson_workload
+from pagedkv.workloads.sharegpt import import_sharegpt
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.synthetic import (
     ALPACA_LIKE,
@@ -37,7 +38,7 @@ from pagedkv.workloads.synthetic import (
     cap_lengths,
     child_rng,
 )
-from pagedkv.workloads.trace import import_sharegpt, read_trace
+from pagedkv.workloads.trace import read_trace
 
 
 def length_model(config: WorkloadConfig) -> LengthModel:

@@ -1,88 +1,21 @@
-"""GPU and model specs: datasheet presets, Hugging Face ``config.json`` reading, KV capacity.
+"""Model presets and Hugging Face ``config.json`` reading: a decoder's shapes, and what follows.
 
-Memory sizes are binary: a vendor's "40GB" of HBM is 40 GiB (``nvidia-smi`` shows 40960 MiB on
-an A100-40GB), and the vLLM paper's Table 1 (arXiv 2309.06180) only comes out with GiB:
-OPT-13B on one A100-40GB, 0.9 x 40 GiB - 26 GB of weights = 12 GiB of KV = 15.7K slots of 800 KiB.
-Bandwidths and FLOP/s are decimal, as datasheets give them.
+A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, ...); parameter counts,
+weight bytes and K/V bytes per token are derived from them, for the two layouts we count (OPT,
+and Llama / Mistral). ``check_tensor_parallel`` is here because the heads decide which tensor
+parallel sizes split a model evenly. GPUs are in ``gpus.py``, KV sizing in ``capacity.py``.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_choice, check_int
-
-GiB = 2**30
-
-
-def check_positive(field: str, value: object) -> float:
-    """``value`` must be a finite real number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(field, value, "must be a finite number > 0")
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(field, value, "must be a finite number > 0")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class GPUSpec:
-    """One accelerator, from its vendor datasheet (peak numbers; efficiencies live elsewhere)."""
-
-    name: str
-    memory_bytes: int
-    """Device memory in bytes (binary GiB, see the module docstring)."""
-    bf16_flops: float
-    """Dense (no sparsity) 16-bit tensor-core peak, FLOP/s."""
-    mem_bandwidth: float
-    """Device memory bandwidth, bytes/s."""
-    pcie_bandwidth: float
-    """Host <-> device bandwidth in one direction, bytes/s (what a swap uses)."""
-    interconnect_bandwidth: float | None = None
-    """GPU <-> GPU bandwidth in one direction (NVLink), bytes/s; None: over PCIe."""
-
-    def __post_init__(self) -> None:
-        check_int("memory_bytes", self.memory_bytes, 1)
-        for field in ("bf16_flops", "mem_bandwidth", "pcie_bandwidth"):
-            check_positive(field, getattr(self, field))
-        if self.interconnect_bandwidth is not None:
-            check_positive("interconnect_bandwidth", self.interconnect_bandwidth)
-
-    @property
-    def peer_bandwidth(self) -> float:
-        """Bandwidth a tensor-parallel all-reduce runs at: NVLink if present, else PCIe."""
-        return self.interconnect_bandwidth or self.pcie_bandwidth
-
-
-_PCIE4 = 32e9  # PCIe 4.0 x16: 64 GB/s both ways (NVIDIA datasheets), 32 GB/s each way
-_PCIE5 = 64e9  # PCIe 5.0 x16: 128 GB/s both ways, 64 GB/s each way
-GPUS: dict[str, GPUSpec] = {
-    g.name: g
-    for g in (
-        # NVIDIA A100 datasheet (2021): 312 TFLOPS BF16 dense; 1,555 GB/s HBM2 (40GB SXM),
-        # 2,039 GB/s HBM2e (80GB SXM); NVLink 3: 600 GB/s both ways.
-        GPUSpec("A100-40GB", 40 * GiB, 312e12, 1.555e12, _PCIE4, 300e9),
-        GPUSpec("A100-80GB", 80 * GiB, 312e12, 2.039e12, _PCIE4, 300e9),
-        # NVIDIA H100 datasheet: SXM5 989 TFLOPS BF16 dense (1,979 with sparsity), 3.35 TB/s
-        # HBM3; NVLink 4: 900 GB/s both ways.
-        GPUSpec("H100-SXM", 80 * GiB, 989e12, 3.35e12, _PCIE5, 450e9),
-        # NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s, H100's compute and NVLink.
-        GPUSpec("H200", 141 * GiB, 989e12, 4.8e12, _PCIE5, 450e9),
-        # NVIDIA L4 datasheet: 24 GB GDDR6 at 300 GB/s, 121 TFLOPS BF16 dense (242 sparse),
-        # PCIe 4.0 x16, no NVLink.
-        GPUSpec("L4", 24 * GiB, 121e12, 300e9, _PCIE4),
-        # NVIDIA Turing whitepaper (Appendix A): RTX 2070, 8 GB GDDR6 at 448 GB/s, PCIe 3.0 x16
-        # (15.75 GB/s each way), no NVLink. Turing has no BF16: this is the FP16 tensor peak with
-        # FP32 accumulate (29.9 TFLOPS, half the FP16-accumulate rate on GeForce), as cuBLAS
-        # accumulates 16-bit GEMMs in FP32.
-        GPUSpec("RTX-2070", 8 * GiB, 29.9e12, 448e9, 15.75e9),
-    )
-}
 
 
 class Architecture(enum.Enum):
@@ -336,14 +269,6 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(err.field, err.value, err.allowed + where) from None
 
 
-def get_gpu(name: str) -> GPUSpec:
-    """A preset GPU by name, case-insensitive."""
-    for key, gpu in GPUS.items():
-        if key.lower() == str(name).lower():
-            return gpu
-    raise ConfigError("gpu", name, "must be one of " + ", ".join(GPUS))
-
-
 def get_model(name_or_path: str | Path) -> ModelSpec:
     """A preset model by name (case-insensitive), or a path to a config.json or its directory."""
     for key, model in MODELS.items():
@@ -353,92 +278,3 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         return model_from_hf_config(name_or_path)
     allowed = "must be one of " + ", ".join(MODELS) + ", or a path to a config.json"
     raise ConfigError("model", str(name_or_path), allowed)
-
-
-DEFAULT_ACTIVATION_RESERVE_BYTES = 128 * 2**20
-"""Memory per GPU kept for activations, besides gpu_memory_utilization's 10% headroom.
-
-vLLM measures this with a profiling forward pass; the vLLM paper's Table 1 leaves ~0.06 GiB for it
-on OPT-13B (0.9 x 40 GiB - 25.7 GB of weights - 12 GiB of KV). 128 MiB keeps the paper's
-OPT-13B / A100-40GB figures within 1% (11.9 GiB, 15.6K slots vs 12 GiB, 15.7K); raise it for
-large models or large token budgets.
-"""
-
-
-@dataclass(frozen=True)
-class KVCapacity:
-    """How much K/V fits on each GPU, and the block pool it makes."""
-
-    num_gpu_blocks: int
-    kv_bytes_per_gpu: int
-    """Memory given to K/V on each GPU (before rounding down to whole blocks)."""
-    block_size: int
-    block_bytes_per_gpu: int
-    """One block's K/V on one GPU: block_size x kv_bytes_per_token_per_gpu."""
-    kv_bytes_per_token_per_gpu: int
-    weight_bytes_per_gpu: int
-    tensor_parallel_size: int
-
-    @property
-    def token_slots(self) -> int:
-        """C = num_gpu_blocks x block_size (the same on every GPU: each holds a token's share)."""
-        return self.num_gpu_blocks * self.block_size
-
-
-def kv_capacity(
-    gpu: GPUSpec,
-    model: ModelSpec,
-    *,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.9,
-    activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES,
-    block_size: int = 16,
-) -> KVCapacity:
-    """vLLM's sizing: KV = memory x utilization - weights / tp - activations, in whole blocks.
-
-    ``gpu_memory_utilization`` is vLLM's (default 0.9), in (0, 1]. Raises ConfigError when the
-    weights and the reserve leave room for no block.
-    """
-    tp = check_tensor_parallel(model, tensor_parallel_size)
-    if isinstance(gpu_memory_utilization, bool) or not (
-        isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1
-    ):
-        raise ConfigError("gpu_memory_utilization", gpu_memory_utilization, "must be in (0, 1]")
-    check_int("activation_reserve_bytes", activation_reserve_bytes, 0)
-    check_int("block_size", block_size, 1)
-    weights = math.ceil(model.weight_bytes / tp)
-    usable = int(gpu.memory_bytes * gpu_memory_utilization)
-    kv_bytes = usable - weights - activation_reserve_bytes
-    per_token = model.kv_bytes_per_token_per_gpu(tp)
-    block_bytes = block_size * per_token
-    if kv_bytes < block_bytes:
-        raise ConfigError(
-            "tensor_parallel_size",
-            tp,
-            f"leaves {kv_bytes / GiB:.2f} GiB for K/V on each {gpu.name}: {model.name}'s weights "
-            f"({weights / GiB:.2f} GiB per GPU) plus activation_reserve_bytes must fit in "
-            f"memory x gpu_memory_utilization ({usable / GiB:.2f} GiB) with room for one block; "
-            "use more GPUs, a bigger GPU or a smaller model",
-        )
-    return KVCapacity(
-        num_gpu_blocks=kv_bytes // block_bytes,
-        kv_bytes_per_gpu=kv_bytes,
-        block_size=block_size,
-        block_bytes_per_gpu=block_bytes,
-        kv_bytes_per_token_per_gpu=per_token,
-        weight_bytes_per_gpu=weights,
-        tensor_parallel_size=tp,
-    )
-
-
-def swap_space_blocks(
-    swap_space_bytes: int, model: ModelSpec, *, tensor_parallel_size: int = 1, block_size: int = 16
-) -> int:
-    """Blocks of the CPU swap pool: swap space per GPU // one block's K/V on one GPU.
-
-    As in vLLM, ``swap_space_bytes`` is per GPU (vLLM's default is 4 GiB), since each GPU swaps
-    its own share of every block.
-    """
-    check_int("swap_space_bytes", swap_space_bytes, 0)
-    check_int("block_size", block_size, 1)
-    return swap_space_bytes // (block_size * model.kv_bytes_per_token_per_gpu(tensor_parallel_size))

@@ -1,0 +1,115 @@
+"""Window math: closed-form sums of step times that grow linearly over a window of steps.
+
+A decode-only batch grows by one token per sequence each step, so each roofline term is linear
+in the step index i; the step time is the max of two such lines plus a third. ``linear_window``
+and ``max_linear_window`` sum these in O(1), ``search_steps`` finds when a duration is used up in
+O(log k) sums, and ``WindowCurve`` keeps one window's lines for the fast-forward's many prefix
+sums. Pure arithmetic, kept apart from the cost models (``cost_model.py``) that build the lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pagedkv.errors import ConfigError
+
+
+def check_duration(duration: float) -> float:
+    """``duration`` as a float; ConfigError unless it is a finite number."""
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+        raise ConfigError("duration", duration, "must be a finite number")
+    if not math.isfinite(duration):
+        raise ConfigError("duration", duration, "must be a finite number")
+    return float(duration)
+
+
+def search_steps(total: Callable[[int], float], duration: float) -> int:
+    """Smallest k >= 0 with total(k) >= duration, for a nondecreasing total with total(0) = 0.
+
+    Exponential search for an upper bound, then bisection: O(log k) calls of ``total``.
+    """
+    if check_duration(duration) <= 0:
+        return 0
+    lo, hi = 0, 1  # invariant: total(lo) < duration
+    while total(hi) < duration:
+        lo, hi = hi, 2 * hi
+        if hi > 2**62:
+            raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if total(mid) >= duration else (mid, hi)
+    return hi
+
+
+def _power_sums(lo: int, hi: int) -> tuple[int, int, int]:
+    """(count, sum of i, sum of i^2) over i in [lo, hi), exactly."""
+
+    def s1(n: int) -> int:
+        return n * (n - 1) // 2
+
+    def s2(n: int) -> int:
+        return (n - 1) * n * (2 * n - 1) // 6
+
+    return hi - lo, s1(hi) - s1(lo), s2(hi) - s2(lo)
+
+
+def linear_window(a: float, b: float, lo: int, hi: int) -> tuple[float, float]:
+    """(sum of a + b*i, sum of i * (a + b*i)) over i in [lo, hi)."""
+    n, s1, s2 = _power_sums(lo, hi)
+    return n * a + b * s1, a * s1 + b * s2
+
+
+def max_linear_window(
+    f: tuple[float, float], g: tuple[float, float], k: int
+) -> tuple[float, float]:
+    """The window sums of max(f0 + f1*i, g0 + g1*i) over i in [0, k).
+
+    The difference of two linear functions changes sign at most once, so the range splits into
+    at most two pieces, each a linear window.
+    """
+    if k <= 0:
+        return 0.0, 0.0
+    d0, d1 = f[0] - g[0], f[1] - g[1]
+
+    def f_wins(i: int) -> bool:
+        return d0 + d1 * i >= 0
+
+    first = f_wins(0)
+    split = k
+    if f_wins(k - 1) != first:  # one switch, in (0, k-1]: estimate it, then settle rounding
+        root = -d0 / d1
+        split = min(max(math.floor(root) + 1 if first else math.ceil(root), 1), k - 1)
+        while split > 1 and f_wins(split - 1) != first:
+            split -= 1
+        while split < k and f_wins(split) == first:
+            split += 1
+    a, b = (f, g) if first else (g, f)
+    head = linear_window(a[0], a[1], 0, split)
+    tail = linear_window(b[0], b[1], split, k)
+    return head[0] + tail[0], head[1] + tail[1]
+
+
+class WindowCurve:
+    """Step times d_j = max(f0 + f1*j, g0 + g1*j) + e0 + e1*j of one window (j = 0, 1, ...),
+    with the lines worked out once so that many prefix sums cost a few float operations each.
+    """
+
+    __slots__ = ("e", "f", "g")
+
+    def __init__(
+        self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
+    ) -> None:
+        self.f, self.g, self.e = f, g, e
+
+    def sums(self, k: int) -> tuple[float, float]:
+        """(sum of d_j, sum of j * d_j) over j in [0, k)."""
+        if k <= 0:
+            return 0.0, 0.0
+        peak = max_linear_window(self.f, self.g, k)
+        extra = linear_window(self.e[0], self.e[1], 0, k)
+        return peak[0] + extra[0], peak[1] + extra[1]
+
+    def steps_to_reach(self, duration: float) -> int:
+        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
+        return search_steps(lambda k: self.sums(k)[0], duration)

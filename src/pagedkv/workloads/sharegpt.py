@@ -1,0 +1,159 @@
+"""ShareGPT import: request lengths from a ShareGPT-format JSON file of conversations.
+
+Each human turn followed by a gpt turn becomes one request (prompt and output lengths, counted
+by a tokenizer or ``approx_tokens``); pairs too long for the model are dropped and counted. Kept
+apart from ``trace.py``: a ShareGPT file is a data set to draw from, not a trace, and has no
+arrival times (the caller times the requests, see ``factory.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pagedkv.errors import ConfigError
+from pagedkv.validation import check_int
+from pagedkv.workloads.spec import RequestSpec
+
+CHARS_PER_TOKEN = 4
+"""Without a tokenizer, a text of c characters counts ceil(c / 4) tokens: OpenAI's rule of thumb
+("one token generally corresponds to ~4 characters of text for common English text", OpenAI
+Help Center, "What are tokens and how to count them?"). Code and other languages differ."""
+
+
+@dataclass(frozen=True)
+class ShareGPTImport:
+    """What ``load_sharegpt`` found: the requests kept and what it dropped, counted."""
+
+    requests: tuple[RequestSpec, ...]
+    pairs: int
+    """Human turns followed by a gpt turn, in the whole file."""
+    dropped_too_long: int
+    """Pairs with prompt + output > max_model_len."""
+    dropped_empty: int
+    """Pairs with an empty (or all-blank) text on either side, or a tokenizer count of 0."""
+    unpaired: int
+    """Human turns not followed by a gpt turn (the conversation's last, or another role next)."""
+
+
+def approx_tokens(text: str) -> int:
+    """ceil(len(text) / CHARS_PER_TOKEN), at least 1 (see ``CHARS_PER_TOKEN``)."""
+    return max(1, -(-len(text) // CHARS_PER_TOKEN))
+
+
+def load_sharegpt(
+    path: str | Path,
+    *,
+    tokenizer: Callable[[str], int] | None = None,
+    max_model_len: int = 2048,
+    seed: int = 0,
+    num_requests: int | None = None,
+) -> ShareGPTImport:
+    """Pair each human turn of a ShareGPT-format file with the gpt turn after it.
+
+    The file is a JSON list of ``{"id": ..., "conversations": [{"from": "human" | "gpt",
+    "value": text}, ...]}``; turns of other roles are skipped. A pair's prompt is the human
+    turn's text alone, without the conversation before it (as vLLM's benchmark takes the first
+    turn of each conversation), so later turns have shorter prompts than a chat server would
+    see. Token counts come from ``tokenizer(text)`` if given, else ``approx_tokens``. Pairs
+    longer than ``max_model_len`` are dropped, not cut (as vLLM's benchmark filters them).
+
+    With ``num_requests``, that many of the kept pairs are drawn without replacement by
+    ``numpy.random.default_rng(seed)`` and kept in file order; otherwise all are kept and the
+    seed is unused. Requests are numbered 0.. in file order, all arrive at t = 0 (the caller
+    re-times them), and keep ``conversation_id`` (the item's "id", else its index) and
+    ``turn`` (the pair's index within its conversation) in ``extra``.
+    """
+    path = Path(path)
+    check_int("max_model_len", max_model_len, 2)
+    check_int("seed", seed, 0)
+    count = tokenizer if tokenizer is not None else approx_tokens
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("trace_path", str(path), "no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(str(path), _clip(str(e)), "must be a UTF-8 JSON file") from None
+    if not isinstance(data, list):
+        raise ConfigError(str(path), type(data).__name__, "must be a JSON list of conversations")
+    kept: list[tuple[int, int, tuple[tuple[str, str], ...]]] = []
+    pairs = too_long = empty = unpaired = 0
+    for i, item in enumerate(data):
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list):
+            raise ConfigError(f"{path}: item {i}", _clip(repr(item)), "needs a conversations list")
+        for j, turn in enumerate(turns):
+            if not (isinstance(turn, dict) and isinstance(turn.get("value"), str)):
+                raise ConfigError(
+                    f"{path}: item {i}: turn {j}", _clip(repr(turn)), 'needs a "value" string'
+                )
+        conv_id = str(item.get("id", i))
+        k = pair_in_conversation = 0
+        while k < len(turns):
+            if turns[k].get("from") != "human":
+                k += 1
+                continue
+            if k + 1 == len(turns) or turns[k + 1].get("from") != "gpt":
+                unpaired += 1
+                k += 1
+                continue
+            prompt_text, output_text = turns[k]["value"], turns[k + 1]["value"]
+            extra = (("conversation_id", conv_id), ("turn", str(pair_in_conversation)))
+            pair_in_conversation += 1
+            pairs += 1
+            k += 2
+            if not prompt_text.strip() or not output_text.strip():
+                empty += 1
+                continue
+            prompt, output = _count(count, prompt_text), _count(count, output_text)
+            if prompt == 0 or output == 0:
+                empty += 1
+            elif prompt + output > max_model_len:
+                too_long += 1
+            else:
+                kept.append((prompt, output, extra))
+    if num_requests is not None:
+        check_int("num_requests", num_requests, 1)
+        if num_requests > len(kept):
+            raise ConfigError(
+                "num_requests", num_requests, f"must be <= the {len(kept)} pairs kept in {path}"
+            )
+        chosen = np.random.default_rng(seed).choice(len(kept), size=num_requests, replace=False)
+        kept = [kept[int(i)] for i in sorted(chosen)]
+    requests = tuple(
+        RequestSpec(request_id=n, prompt_len=p, output_len=o, extra=x)
+        for n, (p, o, x) in enumerate(kept)
+    )
+    return ShareGPTImport(requests, pairs, too_long, empty, unpaired)
+
+
+def import_sharegpt(
+    path: str | Path,
+    *,
+    tokenizer: Callable[[str], int] | None = None,
+    max_model_len: int = 2048,
+    seed: int = 0,
+    num_requests: int | None = None,
+) -> list[RequestSpec]:
+    """The requests of ``load_sharegpt`` (which also counts what it dropped)."""
+    result = load_sharegpt(
+        path,
+        tokenizer=tokenizer,
+        max_model_len=max_model_len,
+        seed=seed,
+        num_requests=num_requests,
+    )
+    return list(result.requests)
+
+
+def _count(count: Callable[[str], int], text: str) -> int:
+    n = count(text)
+    return check_int("tokenizer(text)", n, 0)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
