@@ -1,32 +1,209 @@
-"""The ``pagedkv`` command line."""
+"""The ``pagedkv`` command line: ``bench`` (the main benchmark) and ``simulate`` (one run)."""
 
 from __future__ import annotations
 
 import argparse
+import enum
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from pagedkv import __version__
-from pagedkv.errors import PagedKVError
+from pagedkv.errors import ConfigError, PagedKVError
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DEADLOCK = 0, 2, 3
+PROGRESS_MIN_REQUESTS = 1000
+"""Shorter runs end before a progress bar would tell anything."""
+_FLAT = "flat."  # namespace prefix of the generated flags, so no flat key can clash with ours
+
+SIMULATE_EPILOG = f"""\
+Every option is also a key of --config FILE.yaml (block_size: 16); flags given on the command
+line override the file. Unset options keep pagedkv.simulate's defaults.
+
+exit codes:
+  {EXIT_OK}  the run finished
+  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line); nothing is written
+  {EXIT_DEADLOCK}  the run deadlocked: the stuck requests are named on stderr, and --json is
+     still written, complete, with summary.deadlocked = true and summary.stuck_requests
+"""
+
+
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(width=120)
+    return console
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from pagedkv.experiments.bench import side_by_side, titles
     from pagedkv.experiments.lesson_capacity import lesson_capacity
-    from pagedkv.io import atomic_write_json
+    from pagedkv.io import atomic_write_json, atomic_write_text
+    from pagedkv.report.summary import bench_table
     from pagedkv.report.tables import lesson_capacity_summary, lesson_capacity_table
 
-    result = lesson_capacity()
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
-        console = Console(width=120)
-    console.print(lesson_capacity_table(result))
-    for line in lesson_capacity_summary(result):
+    console = _console()
+    capacity = lesson_capacity()
+    console.print(lesson_capacity_table(capacity))
+    for line in lesson_capacity_summary(capacity):
         console.print(line, soft_wrap=True)
+    runs = side_by_side()
+    for workload, title in titles().items():
+        console.print()
+        console.print(bench_table([r for r in runs.rows if r.workload == workload], title))
+    out = Path(args.out)
+    atomic_write_json(
+        out / "bench.json", {"lesson_capacity": capacity.to_dict(), "side_by_side": runs.to_dict()}
+    )
+    atomic_write_text(out / "bench.csv", runs.to_csv())
+    console.print(f"Wrote {out / 'bench.json'} and {out / 'bench.csv'}", soft_wrap=True)
+    if args.json:
+        atomic_write_json(args.json, capacity.to_dict())
+    return EXIT_OK
+
+
+def _value_type(hint: Any) -> type:
+    """The type a flag parses to: the field's type without None (enums are given as text)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = args[0]
+    found: type = next((t for t in (bool, int, float) if hint is t), str)  # bool: an int
+    return found
+
+
+def _enum_values(hint: Any) -> list[str]:
+    """The values of an enum annotation (``Arrival | None`` too), for the flag's metavar."""
+    for a in (hint, *typing.get_args(hint)):
+        if isinstance(a, type) and issubclass(a, enum.Enum):
+            return [str(m.value) for m in a]
+    return []
+
+
+def _flag_types() -> dict[str, tuple[type, Any]]:
+    """Flat key -> (parse type, annotation), read from the config dataclasses' fields."""
+    from pagedkv.simulation import FLAT_KEYS, SimulationConfig, flat_help
+
+    top = typing.get_type_hints(SimulationConfig)
+    out: dict[str, tuple[type, Any]] = {}
+    for key in flat_help():
+        if key in FLAT_KEYS:
+            section, name = FLAT_KEYS[key][0]
+            hint = typing.get_type_hints(top[section])[name]
+        else:  # a run option (reference, trace_steps): a field of SimulationConfig itself
+            hint = top[key]
+        out[key] = (_value_type(hint), hint)
+    return out
+
+
+def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
+    from pagedkv.simulation import FLAT_KEYS, flat_help
+
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    types_ = _flag_types()
+    for key, text in flat_help().items():
+        section = FLAT_KEYS[key][0][0] if key in FLAT_KEYS else "run"
+        if section not in groups:
+            groups[section] = parser.add_argument_group(f"{section} options")
+        kind, hint = types_[key]
+        flag = "--" + key.replace("_", "-")
+        common: dict[str, Any] = {
+            "dest": _FLAT + key,
+            "help": text.replace("%", "%%"),
+            "default": argparse.SUPPRESS,  # only what was given reaches from_flat
+        }
+        if kind is bool:
+            groups[section].add_argument(flag, action=argparse.BooleanOptionalAction, **common)
+            continue
+        choices = _enum_values(hint)
+        metavar = "{" + ",".join(choices) + "}" if choices else {int: "N", float: "X"}.get(kind)
+        groups[section].add_argument(flag, type=kind, metavar=metavar or key.upper(), **common)
+
+
+class _ProgressBar:
+    """A rich progress bar with ETA on stderr, fed by ``simulate``'s ``progress(done, total)``.
+
+    It starts on the first report, and only for a run of >= PROGRESS_MIN_REQUESTS requests with
+    stderr a terminal: never in a pipe, a log or a test.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if not (self.enabled and total >= PROGRESS_MIN_REQUESTS and sys.stderr.isatty()):
+                self.enabled = False
+                return
+            from rich import progress as rp
+
+            self._bar = rp.Progress(
+                rp.TextColumn("simulating"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TextColumn("requests"),
+                rp.TimeElapsedColumn(),
+                rp.TextColumn("ETA"),
+                rp.TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("simulate", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _load_config(args: argparse.Namespace) -> Any:
+    import yaml
+
+    from pagedkv.simulation import SimulationConfig
+
+    given = {k[len(_FLAT) :]: v for k, v in vars(args).items() if k.startswith(_FLAT)}
+    if args.config is None:
+        return SimulationConfig.from_flat(given)
+    try:
+        return SimulationConfig.from_yaml(args.config, given)
+    except OSError as e:
+        raise ConfigError("config", args.config, f"cannot be read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError("config", args.config, f"must be valid YAML ({problem})") from None
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from pagedkv.io import atomic_write_json
+    from pagedkv.report.summary import summary_table
+    from pagedkv.simulation import simulate
+
+    config = _load_config(args)
+    bar = _ProgressBar(enabled=not args.quiet)
+    try:
+        result = simulate(config, progress=bar)
+    finally:
+        bar.close()
     if args.json:
         atomic_write_json(args.json, result.to_dict())
-    return 0
+    if not args.quiet:
+        _console().print(summary_table(result.config, result.summary))
+    if result.summary["deadlocked"]:
+        stuck = result.summary["stuck_requests"]
+        print(
+            f"pagedkv: deadlock: {len(stuck)} requests can never proceed; stuck request ids: "
+            + ", ".join(map(str, stuck)),
+            file=sys.stderr,
+        )
+        return EXIT_DEADLOCK
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,11 +215,41 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser(
         "bench",
-        help="The main benchmark: the course lesson's workload, paged against contiguous.",
-        description="What each allocator must hold for the course lesson's 20 requests.",
+        help="The main benchmark: the lesson's capacity table and every scheduler side by side.",
+        description="What each allocator must hold for the course lesson's 20 requests, then "
+        "every scheduler simulated on the lesson and on a ShareGPT-like workload.",
     )
-    bench.add_argument("--json", metavar="PATH", help="Also write the table as JSON (atomically).")
+    bench.add_argument(
+        "--out",
+        metavar="DIR",
+        default="results",
+        help="Write bench.json and bench.csv here (atomically; default: results).",
+    )
+    bench.add_argument(
+        "--json", metavar="PATH", help="Also write the capacity table alone as JSON (atomically)."
+    )
     bench.set_defaults(func=_cmd_bench)
+    simulate = sub.add_parser(
+        "simulate",
+        help="Simulate one serving run (pagedkv.simulate) and print its summary.",
+        description="Simulate one serving run: a workload, a scheduler and its memory manager, "
+        "on a GPU and a model (or the unit clock), and print its summary.",
+        epilog=SIMULATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    simulate.add_argument(
+        "--config", metavar="FILE.yaml", help="Options as flat keys in a YAML mapping."
+    )
+    simulate.add_argument(
+        "--json",
+        metavar="PATH",
+        help="Write config, summary and per-request records as JSON (atomically, sorted keys).",
+    )
+    simulate.add_argument(
+        "--quiet", action="store_true", help="Print no summary table and no progress bar."
+    )
+    _add_simulate_flags(simulate)
+    simulate.set_defaults(func=_cmd_simulate)
     return parser
 
 
@@ -52,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except PagedKVError as exc:
         print(f"pagedkv: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return code
 
 

@@ -37,6 +37,7 @@ class Seq:
     tokens: int
     final: int
     held: int
+    prompt: int  # tokens at admission ('pow2' reserves prompt + pow2(output); forks inherit)
 
 
 class ContiguousMachine(RuleBasedStateMachine):
@@ -64,22 +65,27 @@ class ContiguousMachine(RuleBasedStateMachine):
         self.alloc = ContiguousAllocator(self.config)
 
     # ---------------------------------------------------------------- the model's rules
-    def reserved(self, final: int | None) -> int:
+    def reserved(self, final: int | None, tokens: int) -> int:
         mml = self.config.max_model_len
         if final is None or self.reservation in (Reservation.MAX, Reservation.SLOTS):
             return mml
-        return min(next_pow2(final), mml) if self.reservation is Reservation.POW2 else final
+        if self.reservation is Reservation.POW2:  # prompt + next power of two of the output
+            out = final - tokens
+            return min(tokens + (next_pow2(out) if out > 0 else 0), mml)
+        return final
 
     def held(self, reserved: int) -> int:
         if self.reservation is Reservation.SLOTS:
             return self.config.max_model_len
         return next_pow2(reserved) if self.placement is Placement.BUDDY else reserved
 
-    def expected_status(self, tokens: int, final: int | None) -> AllocStatus:
+    def expected_status(
+        self, tokens: int, final: int | None, prompt: int | None = None
+    ) -> AllocStatus:
         c, mml = self.config.capacity, self.config.max_model_len
         if tokens > mml or (final is not None and final > mml):
             return AllocStatus.NEVER
-        need = self.held(self.reserved(final))
+        need = self.held(self.reserved(final, tokens if prompt is None else prompt))
         if self.placement is Placement.BUDDY and need > 1 << (c.bit_length() - 1):
             return AllocStatus.NEVER  # larger than the largest arena
         # Holes are the free runs (first fit), free blocks (buddy) or free slots (slots).
@@ -111,8 +117,9 @@ class ContiguousMachine(RuleBasedStateMachine):
         got = self.alloc.allocate(sid, prompt, final_len=final)
         if status is AllocStatus.OK:
             assert got == 0
-            held = self.held(self.reserved(final))
-            self.model[sid] = Seq(prompt, self.reserved(None) if final is None else final, held)
+            held = self.held(self.reserved(final, prompt))
+            mml = self.config.max_model_len
+            self.model[sid] = Seq(prompt, mml if final is None else final, held, prompt)
         else:
             assert got is None
             assert self.alloc.usage() == before
@@ -145,16 +152,16 @@ class ContiguousMachine(RuleBasedStateMachine):
         final = data.draw(st.none() | st.integers(max(p.tokens, 1), mml + 1), label="final")
         child_final = p.final if final is None else final
         child, self.next_id = self.next_id, self.next_id + 1
-        status = self.alloc.can_allocate(child, p.tokens, final_len=child_final)
+        status = self.expected_status(p.tokens, child_final, p.prompt)
         event(f"fork: {status.value}")
-        assert status is self.expected_status(p.tokens, child_final)
         before = self.alloc.usage()
         got = self.alloc.fork(parent, child, final_len=final)
         if status is AllocStatus.OK:
             assert got == [
                 SlotCopy(self.alloc.region(parent)[0], self.alloc.region(child)[0], p.tokens)
             ]
-            self.model[child] = Seq(p.tokens, child_final, self.held(self.reserved(child_final)))
+            held = self.held(self.reserved(child_final, p.prompt))
+            self.model[child] = Seq(p.tokens, child_final, held, p.prompt)
         else:
             assert got is None
             assert self.alloc.usage() == before

@@ -113,7 +113,7 @@ def lesson_capacity(system: LessonSystem = LESSON) -> LessonCapacity:
     for placement in (Placement.FIRST_FIT, Placement.BUDDY):
         for reservation, what in (
             (Reservation.MAX, f"{max_len} (max length)"),
-            (Reservation.POW2, "pow2 of final length"),
+            (Reservation.POW2, "prompt + pow2 of output"),
             (Reservation.ORACLE, "final length"),
         ):
             alloc = contiguous(placement, reservation, cap)

@@ -63,7 +63,8 @@ class Reservation(enum.Enum):
     MAX = "max"
     """max_model_len, whatever the request (Orca (Max))."""
     POW2 = "pow2"
-    """The next power of two of prompt + output, capped at max_model_len (Orca (Pow2))."""
+    """The prompt plus the next power of two of the output (at most 2x the output), capped at
+    max_model_len (Orca (Pow2), Kwon et al. 2023 §6.1)."""
     ORACLE = "oracle"
     """Exactly prompt + output (Orca (Oracle)); needs the final length up front."""
     SLOTS = "slots"

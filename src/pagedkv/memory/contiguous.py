@@ -42,6 +42,7 @@ class _Region:
     reserved: int  # R
     tokens: int  # T
     final: int  # F (>= T)
+    prompt: int  # tokens at admission: what 'pow2' counts the output from
 
     def books(self) -> tuple[int, int, int]:
         """(token states, reservation, internal fragmentation) of this region."""
@@ -114,11 +115,13 @@ class ContiguousAllocator:
         r = self._get(seq_id)
         return r.start, r.held
 
-    def reservation_for(self, final_len: int | None) -> int:
-        """R, the slots asked for a request of final length ``final_len`` (prompt + output).
+    def reservation_for(self, final_len: int | None, num_tokens: int = 0) -> int:
+        """R, the slots asked for a request of final length ``final_len`` (prompt + output)
+        that starts with ``num_tokens`` tokens (its prompt).
 
-        'max' and 'slots': max_model_len; 'pow2': the next power of two >= final_len, capped
-        at max_model_len; 'oracle': final_len exactly. 'pow2' and 'oracle' need final_len.
+        'max' and 'slots': max_model_len; 'pow2': the prompt plus the next power of two of the
+        output (at most 2x the output, the vLLM paper's Orca (Pow2)), capped at max_model_len;
+        'oracle': final_len exactly. 'pow2' and 'oracle' need final_len.
         """
         policy, mml = self.config.reservation, self.config.max_model_len
         if policy in (Reservation.MAX, Reservation.SLOTS):
@@ -128,7 +131,8 @@ class ContiguousAllocator:
                 "final_len", None, f"reservation {policy.value!r} needs the final length"
             )
         if policy is Reservation.POW2:
-            return min(1 << (final_len - 1).bit_length(), mml)
+            output = final_len - num_tokens
+            return min(num_tokens + (1 << (output - 1).bit_length() if output > 0 else 0), mml)
         return final_len
 
     def usage(self, waiting_for_memory: bool = False) -> MemoryUsage:
@@ -168,7 +172,7 @@ class ContiguousAllocator:
         status, reserved, final = self._plan(num_tokens, final_len)
         if status is not AllocStatus.OK:
             return None
-        self._place(seq_id, reserved, num_tokens, final)
+        self._place(seq_id, reserved, num_tokens, final, num_tokens)
         return 0
 
     def append_slots(
@@ -193,10 +197,11 @@ class ContiguousAllocator:
         tokens; ``final_len`` defaults to the parent's. ``None`` if no room."""
         p = self._get(parent)
         self._check_new(child)
-        status, reserved, final = self._plan(p.tokens, p.final if final_len is None else final_len)
+        final = p.final if final_len is None else final_len
+        status, reserved, final = self._plan(p.tokens, final, prompt=p.prompt)
         if status is not AllocStatus.OK:
             return None
-        start = self._place(child, reserved, p.tokens, final)
+        start = self._place(child, reserved, p.tokens, final, p.prompt)
         return [SlotCopy(p.start, start, p.tokens)]
 
     def free(self, seq_id: SeqId) -> None:
@@ -224,7 +229,9 @@ class ContiguousAllocator:
             raise IntegrityError(f"counters {counters} != recomputed {sums}")
 
     # ----------------------------------------------------------------------------- helpers
-    def _plan(self, num_tokens: int, final_len: int | None) -> tuple[AllocStatus, int, int]:
+    def _plan(
+        self, num_tokens: int, final_len: int | None, prompt: int | None = None
+    ) -> tuple[AllocStatus, int, int]:
         """(status, R, F) for a new region; validates the arguments; changes nothing."""
         check_int("num_tokens", num_tokens, 0)
         if final_len is not None:
@@ -232,7 +239,8 @@ class ContiguousAllocator:
             if final_len < num_tokens:
                 raise ConfigError("final_len", final_len, f"must be >= num_tokens ({num_tokens})")
         mml = self.config.max_model_len
-        reserved = self.reservation_for(final_len)  # raises if the policy needs final_len
+        # raises if the policy needs final_len; a fork reserves as its parent did
+        reserved = self.reservation_for(final_len, num_tokens if prompt is None else prompt)
         final = reserved if final_len is None else final_len
         if max(num_tokens, final) > mml or num_tokens > reserved:
             return AllocStatus.NEVER, reserved, final
@@ -241,11 +249,11 @@ class ContiguousAllocator:
         status = AllocStatus.OK if self._space.fits_now(reserved) else AllocStatus.LATER
         return status, reserved, final
 
-    def _place(self, seq_id: SeqId, reserved: int, tokens: int, final: int) -> int:
+    def _place(self, seq_id: SeqId, reserved: int, tokens: int, final: int, prompt: int) -> int:
         start = self._space.alloc(reserved)
         if start is None:
             raise IntegrityError(f"the space refused {reserved} slots it said would fit")
-        r = _Region(start, self._space.allocated_size(start), reserved, tokens, final)
+        r = _Region(start, self._space.allocated_size(start), reserved, tokens, final, prompt)
         self._seqs[seq_id] = r
         self._count(r, +1)
         return start

@@ -1,0 +1,139 @@
+"""Terminal tables of simulation results (rich): one run's summary, and runs side by side.
+
+Both read plain results (a run's flat ``config`` and its ``summary`` dict, or the bench's
+rows), never engine internals. Times are in the run's clock: ticks under the unit cost model
+(one per iteration), seconds under the roofline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.experiments.bench import BenchRow, clock_unit
+
+LATENCIES = (
+    ("ttft", "TTFT"),
+    ("tpot", "TPOT"),
+    ("e2e", "E2E latency"),
+    ("normalized_latency", "normalized latency (per output token)"),
+)
+
+
+def fmt_time(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit != "s":
+        return f"{value:,.2f} {unit}"
+    # Per-token times are milliseconds, whole runs minutes: keep three significant figures.
+    return f"{value * 1000:#.3g} ms" if abs(value) < 1 else f"{value:,.2f} s"
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def summary_table(config: Mapping[str, Any], summary: Mapping[str, Any]) -> Table:
+    """The summary of one ``pagedkv simulate`` run (``SimulationResult.config`` / ``.summary``)."""
+    unit = clock_unit(str(config["cost_model"]))
+    per = "tick" if unit == "ticks" else "s"
+    hardware = (
+        "unit clock" if unit == "ticks" else f"{config['model']} on {config['gpu']}, roofline"
+    )
+    capacity = summary["num_gpu_blocks"] * config["block_size"]
+    table = Table(
+        title=(
+            f"{config['scheduler']} on {config['workload']} ({summary['num_requests']} requests),"
+            f" {hardware}, {summary['num_gpu_blocks']} blocks of {config['block_size']}"
+        ),
+        caption=(
+            f"Memory: share of the C = {capacity:,} token slots, averaged over iterations "
+            "weighted by their duration; token utilization = token states / allocated, "
+            "pool occupancy = allocated / C."
+        ),
+    )
+    table.add_column("metric")
+    for col in ("value / mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right")
+
+    def row(name: str, value: str) -> None:
+        table.add_row(name, value, "", "", "")
+
+    row("requests finished", f"{summary['finished']} of {summary['num_requests']}")
+    row("requests rejected (can never fit)", str(summary["rejected"]))
+    if summary.get("deadlocked"):
+        stuck = summary.get("stuck_requests", [])
+        row("[bold red]deadlocked[/]", f"[bold red]yes: {len(stuck)} requests stuck[/]")
+    row("simulated time", fmt_time(summary["sim_time"], unit))
+    row("iterations", f"{summary['iterations']:,}")
+    row(f"request throughput (per {per})", f"{summary['request_throughput']:.4g}")
+    row(f"output token throughput (per {per})", f"{summary['output_token_throughput']:.4g}")
+    table.add_section()
+    row("max running (at once)", str(summary["max_running"]))
+    row("mean running (per iteration)", f"{summary['mean_running']:.2f}")
+    row("preemptions", str(summary["preemptions"]))
+    row("swap outs", str(summary["swap_outs"]))
+    table.add_section()
+    for key, name in LATENCIES:
+        stats = summary.get(key)
+        if stats is None:
+            row(name, "-")
+            continue
+        suffix = "/tok" if key == "normalized_latency" else ""
+        cells = [fmt_time(stats[q], unit) + suffix for q in ("mean", "p50", "p90", "p99")]
+        table.add_row(name, *cells)
+    table.add_section()
+    memory = summary["memory"]
+    for name in CATEGORIES:
+        row(name.replace("_", " "), _pct(memory[name]))
+    row("token utilization", _pct(memory["token_utilization"]))
+    row("pool occupancy", _pct(memory["pool_occupancy"]))
+    return table
+
+
+def bench_table(rows: Sequence[BenchRow], title: str) -> Table:
+    """Rows of one workload of ``pagedkv bench`` (``experiments.bench``), one per scheduler.
+
+    Headers are short and broken over lines so that twelve columns fit 120 characters.
+    """
+    per = "tick" if rows[0].clock == "ticks" else "s"
+    table = Table(
+        title=f"{title}; times in {rows[0].clock}",
+        caption="memory columns: time-weighted shares of the KV capacity; "
+        "frag. = internal + external fragmentation",
+    )
+    table.add_column("scheduler", no_wrap=True)
+    for col in (
+        "finished",
+        "iters",
+        "sim time",
+        f"req/{per}",
+        "max\nrun.",
+        "mean\nrun.",
+        "pre-\nempt.",
+        "p99 lat.\nper token",
+        "token\nutil.",
+        "pool\nocc.",
+        "frag.",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        latency = r.p99_normalized_latency
+        table.add_row(
+            r.scheduler + ("\n[bold red]deadlocked[/]" if r.deadlocked else ""),
+            f"{r.finished}/{r.num_requests}",
+            f"{r.iterations:,}",
+            f"{r.sim_time:,.1f}",
+            f"{r.request_throughput:.3g}",
+            str(r.max_running),
+            f"{r.mean_running:.1f}",
+            str(r.preemptions),
+            "-" if latency is None else f"{latency:#.3g}",
+            _pct(r.token_utilization),
+            _pct(r.pool_occupancy),
+            _pct(r.fragmentation),
+        )
+    return table

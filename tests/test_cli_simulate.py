@@ -1,0 +1,199 @@
+"""`pagedkv simulate`: flags from the flat config, YAML configs, JSON output, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pagedkv.cli import _ProgressBar, main
+from pagedkv.simulation import SimulationConfig, flat_help
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = [
+    "--workload",
+    "lesson",
+    "--cost-model",
+    "unit",
+    "--num-gpu-blocks",
+    "100",
+    "--max-model-len",
+    "256",
+]
+SUMMARY_KEYS = {
+    "num_requests",
+    "finished",
+    "rejected",
+    "deadlocked",
+    "sim_time",
+    "iterations",
+    "request_throughput",
+    "output_token_throughput",
+    "max_running",
+    "mean_running",
+    "preemptions",
+    "swap_outs",
+    "ttft",
+    "tpot",
+    "e2e",
+    "normalized_latency",
+    "memory",
+}
+MEMORY_KEYS = {
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "free",
+    "token_utilization",
+    "pool_occupancy",
+}
+
+
+def run(argv: list[str], path: Path | None = None) -> tuple[int, dict[str, Any] | None]:
+    code = main(["simulate", *argv, *(["--json", str(path)] if path else [])])
+    return code, json.loads(path.read_text()) if path and path.exists() else None
+
+
+def test_lesson_writes_the_result(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, data = run(LESSON, tmp_path / "out.json")
+    assert code == 0
+    assert data is not None
+    assert set(data) == {"config", "summary", "requests"}
+    summary = data["summary"]
+    assert summary.keys() >= SUMMARY_KEYS
+    for key in ("ttft", "tpot", "e2e", "normalized_latency"):
+        assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
+    assert summary["memory"].keys() >= MEMORY_KEYS
+    assert summary["finished"] == summary["num_requests"] == len(data["requests"]) == 20
+    assert summary["deadlocked"] is False
+    assert data["config"]["num_gpu_blocks"] == 100
+    out = capsys.readouterr().out
+    assert "vllm on lesson" in out
+    assert "20 of 20" in out
+    assert "token utilization" in out
+
+
+def test_same_flags_give_byte_identical_json(tmp_path: Path) -> None:
+    flags = [*LESSON, "--scheduler", "reserve", "--quiet"]
+    assert main(["simulate", *flags, "--json", str(tmp_path / "a.json")]) == 0
+    assert main(["simulate", *flags, "--json", str(tmp_path / "b.json")]) == 0
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_greedy_deadlock_exits_3_and_still_writes_everything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, data = run([*LESSON, "--scheduler", "greedy-nopreempt"], tmp_path / "g.json")
+    assert code == 3
+    assert data is not None
+    summary = data["summary"]
+    assert summary["deadlocked"] is True
+    unfinished = sorted(r["request_id"] for r in data["requests"] if r["status"] != "finished")
+    assert summary["stuck_requests"] == unfinished
+    assert unfinished
+    assert len(data["requests"]) == summary["num_requests"] == 20
+    assert summary.keys() >= SUMMARY_KEYS
+    err = capsys.readouterr().err
+    assert "deadlock" in err
+    assert ", ".join(map(str, unfinished)) in err
+
+
+def test_the_deadlock_config_exits_3(tmp_path: Path) -> None:
+    config = ROOT / "configs" / "lesson-greedy-deadlock.yaml"
+    assert run(["--config", str(config), "--quiet"])[0] == 3
+
+
+@pytest.mark.parametrize("name", ["lesson.yaml", "sharegpt-opt13b.yaml"])
+def test_example_configs_are_valid(name: str) -> None:
+    config = SimulationConfig.from_yaml(ROOT / "configs" / name)
+    assert config.hardware.block_size == 16
+
+
+def _bad_yaml(tmp_path: Path) -> list[str]:
+    path = tmp_path / "bad.yaml"
+    path.write_text("workload: lesson\nblok_size: 16\n")
+    return ["--config", str(path)]
+
+
+def _bad_trace(tmp_path: Path) -> list[str]:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"arrival_time": 0, "prompt_len": 10, "output_len": 5}\n'
+        '{"arrival_time": 1, "prompt_len": 12.5, "output_len": 5}\n'
+    )
+    return ["--workload", "trace", "--trace-path", str(path)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (lambda _: ["--scheduler", "fcfs-magic"], "scheduler: got 'fcfs-magic'"),
+        (lambda _: ["--block-size", "0"], "block_size: got 0"),
+        (lambda _: ["--workload", "sharegpt-like", "--request-rate=-2"], "request_rate: got -2"),
+        (_bad_yaml, "blok_size"),
+        (_bad_trace, "t.jsonl:2: prompt_len: got 12.5"),
+    ],
+    ids=["scheduler", "block-size", "request-rate", "yaml-key", "trace-line"],
+)
+def test_bad_input_exits_2_and_writes_nothing(
+    flags: Any, named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "never.json"
+    code, data = run(flags(tmp_path), out)
+    assert code == 2
+    assert data is None
+    assert not out.exists()
+    assert list(tmp_path.glob("*never*")) == []  # no temporary file left either
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: ")
+    assert named in err
+
+
+def test_a_flag_overrides_the_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "workload: lesson\ncost_model: unit\nnum_gpu_blocks: 100\nmax_model_len: 256\n"
+        "scheduler: vllm\nblock_size: 16\n"
+    )
+    flags = ["--config", str(path), "--scheduler", "orca-max", "--num-gpu-blocks", "120"]
+    code, data = run([*flags, "--quiet"], tmp_path / "o.json")
+    assert code == 0
+    assert data is not None
+    config = data["config"]
+    assert (config["scheduler"], config["num_gpu_blocks"]) == ("orca-max", 120)
+    assert config["block_size"] == 16  # from the file
+    assert (config["workload"], config["max_model_len"]) == ("lesson", 256)
+
+
+def test_booleans_have_both_forms(tmp_path: Path) -> None:
+    _, on = run([*LESSON, "--enable-prefix-caching", "--quiet"], tmp_path / "on.json")
+    _, off = run([*LESSON, "--no-enable-prefix-caching", "--quiet"], tmp_path / "off.json")
+    assert on is not None
+    assert off is not None
+    assert on["config"]["enable_prefix_caching"] is True
+    assert off["config"]["enable_prefix_caching"] is False
+
+
+def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*LESSON, "--quiet"])[0] == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_help_lists_every_flat_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for key in flat_help():
+        assert "--" + key.replace("_", "-") in out
+    assert "exit codes" in out
+
+
+def test_no_progress_bar_off_a_terminal() -> None:
+    bar = _ProgressBar(enabled=True)
+    bar(1, 5000)  # stderr is captured here, not a terminal
+    assert not bar.enabled
+    bar.close()
