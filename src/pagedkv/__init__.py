@@ -23,6 +23,7 @@ def __getattr__(name: str) -> object:
         return getattr(simulation, name)
     raise AttributeError(f"module 'pagedkv' has no attribute {name!r}")
 
+
 __all__ = [
     "ConfigError",
     "IntegrityError",

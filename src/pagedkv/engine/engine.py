@@ -61,6 +61,7 @@ class Engine:
         self.executor = executor
         self.requests = [Request.from_spec(s) for s in workload]
         self.requests.sort(key=lambda r: (r.arrival_time, r.request_id))
+        self.pending = deque(self.requests)  # not yet arrived, in arrival order
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
         self.fast_forward = FastForward(self) if not (reference or trace_steps) else None
@@ -70,12 +71,21 @@ class Engine:
         self._ended = 0
         self.steps: list[StepRecord] = []
 
+    def admit_arrivals(self) -> None:
+        """Hand the scheduler every request that has arrived by now."""
+        pending = self.pending
+        while pending and pending[0].arrival_time <= self.now:
+            self.scheduler.add_request(pending.popleft())
+
+    @property
+    def next_arrival(self) -> float | None:
+        return self.pending[0].arrival_time if self.pending else None
+
     def run(self) -> EngineRun:
-        pending = deque(self.requests)
+        pending = self.pending
         sched = self.scheduler
         while True:
-            while pending and pending[0].arrival_time <= self.now:
-                sched.add_request(pending.popleft())
+            self.admit_arrivals()
             if not sched.has_unfinished():
                 if not pending:
                     break
@@ -90,7 +100,7 @@ class Engine:
                 return EngineRun(self.requests, self.totals, self.now, True, stuck, self.steps)
             finished = self._step(batch)
             if self.fast_forward is not None and not finished:
-                self.fast_forward.after(batch, pending[0].arrival_time if pending else None)
+                self.fast_forward.after(batch)
         self._check_conservation()
         return EngineRun(self.requests, self.totals, self.now, steps=self.steps)
 

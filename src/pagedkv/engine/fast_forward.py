@@ -46,27 +46,56 @@ class FastForward:
         self.windows = 0
         self.rounds = 0
 
-    def after(self, batch: SchedulerOutput, next_arrival: float | None) -> None:
-        """Called after a round that finished nobody; skips ahead if it was a pure decode."""
+    def after(self, batch: SchedulerOutput) -> None:
+        """Called after a round that finished nobody; skips ahead if it was a pure decode.
+
+        Windows chain while nothing can change the schedule: after a window that ended with
+        a finish, if no request waits (nothing to admit or resume) and none has arrived, the
+        next round is again a pure decode of those still running.
+        """
+        if self.cost is None or not self._pure_decode(batch):
+            return
+        eng = self.engine
+        sched = eng.scheduler
+        while True:
+            stop = self._window()
+            if stop is not None or not sched.running or sched.has_queued():
+                return
+            arrival = eng.next_arrival
+            if arrival is not None and arrival <= eng.now:
+                return
+
+    def _window(self) -> str | None:
+        """Plan and run one window; returns why the chain must stop (None: a finish ended it).
+
+        While a request waits, arrivals cannot change the schedule (they queue behind a head
+        that cannot be admitted, and memory only shrinks), so they do not end the window: they
+        are handed to the scheduler when it ends.
+        """
         eng = self.engine
         sched = eng.scheduler
         running = sched.running
-        if self.cost is None or not self._pure_decode(batch):
-            return
         kv = sched.kv
+        assert self.cost is not None
+        queued = sched.has_queued()
         base = BatchShape.from_chunks((1, r.num_computed_tokens) for r in running)
         delta = BatchShape.decode_growth(len(running))
         k = min(r.output_len - r.num_output_tokens for r in running)  # first finish, inclusive
+        stop: str | None = None
         curve = self.cost.curve(base, delta)
-        if next_arrival is not None:
-            k = min(k, curve.steps_to_reach(next_arrival - eng.now))
+        arrival = eng.next_arrival
+        if arrival is not None and not queued:
+            k_arrival = curve.steps_to_reach(arrival - eng.now)
+            if k_arrival <= k:
+                k, stop = k_arrival, "arrival"
         # Block allocations per round offset, and the internal fragmentation each one starts.
         bs = kv.growth_block_size
         events: dict[int, list[int]] = {}  # round -> [number of blocks, added internal frag]
         for r in running:
             room = kv.room(r.seq_id)
             if bs is None:
-                k = min(k, room)
+                if room < k:
+                    k, stop = room, "room"
                 continue
             slots = r.num_computed_tokens + room  # slots held now
             i = room + 1
@@ -85,11 +114,14 @@ class FastForward:
                     break
                 used += events[i][0]
                 if used > free:
-                    k = i - 1  # that round needs a preemption: let the scheduler run it
+                    k, stop = i - 1, "memory"  # that round needs a preemption: the scheduler's
                     break
         if k <= 0:
-            return
-        self._advance(batch, curve, k, {i: ev for i, ev in events.items() if i <= k})
+            return stop or "empty"
+        self._advance(curve, k, {i: ev for i, ev in events.items() if i <= k}, queued)
+        if queued:
+            eng.admit_arrivals()
+        return stop
 
     def _pure_decode(self, batch: SchedulerOutput) -> bool:
         running = self.engine.scheduler.running
@@ -106,17 +138,12 @@ class FastForward:
         ) and all(r.num_pending_tokens == 1 for r in running)
 
     def _advance(
-        self,
-        batch: SchedulerOutput,
-        curve: WindowCurve,
-        k: int,
-        events: dict[int, list[int]],
+        self, curve: WindowCurve, k: int, events: dict[int, list[int]], waiting: bool
     ) -> None:
         eng = self.engine
         sched = eng.scheduler
         kv = sched.kv
         assert self.cost is not None
-        waiting = sched.has_queued()  # constant in the window: nobody arrives or is admitted
         u = kv.usage(waiting_for_memory=waiting)
         n = len(sched.running)
         total, moment = curve.sums(k)  # sum d_j, sum j*d_j, j = 0..k-1
