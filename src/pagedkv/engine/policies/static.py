@@ -10,27 +10,17 @@ baseline): finished sequences are not charged padded compute while the batch run
 from __future__ import annotations
 
 from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.policies.contiguous import ContiguousScheduler
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
-from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
-from pagedkv.memory.contiguous import ContiguousAllocator
+from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.memory.config import Placement, Reservation
 from pagedkv.memory.interface import KVAllocator
 
 
-class StaticScheduler(Scheduler):
+class StaticScheduler(ContiguousScheduler):
     name = "static"
-
-    @classmethod
-    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:
-        return ContiguousAllocator(
-            ContiguousConfig(
-                capacity=cache.capacity,
-                max_model_len=config.max_model_len,
-                placement=Placement.FIRST_FIT,
-                reservation=Reservation.SLOTS,
-                block_size=cache.block_size,
-            )
-        )
+    placement = Placement.FIRST_FIT  # FT's [batch, max_len] cache: fixed slots
+    reservation = Reservation.SLOTS
 
     def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
         super().__init__(config, kv)
