@@ -44,14 +44,9 @@ def search_steps(total: Callable[[int], float], duration: float) -> int:
 
 def _power_sums(lo: int, hi: int) -> tuple[int, int, int]:
     """(count, sum of i, sum of i^2) over i in [lo, hi), exactly."""
-
-    def s1(n: int) -> int:
-        return n * (n - 1) // 2
-
-    def s2(n: int) -> int:
-        return (n - 1) * n * (2 * n - 1) // 6
-
-    return hi - lo, s1(hi) - s1(lo), s2(hi) - s2(lo)
+    s1 = (hi * (hi - 1) - lo * (lo - 1)) // 2
+    s2 = ((hi - 1) * hi * (2 * hi - 1) - (lo - 1) * lo * (2 * lo - 1)) // 6
+    return hi - lo, s1, s2
 
 
 def linear_window(a: float, b: float, lo: int, hi: int) -> tuple[float, float]:
@@ -93,22 +88,45 @@ def max_linear_window(
 class WindowCurve:
     """Step times d_j = max(f0 + f1*j, g0 + g1*j) + e0 + e1*j of one window (j = 0, 1, ...),
     with the lines worked out once so that many prefix sums cost a few float operations each.
+
+    The two lines of the max cross at most once: up to ``split`` the first winner plus e is one
+    line ``head``, from ``split`` on the other plus e is ``tail``.
     """
 
-    __slots__ = ("e", "f", "g")
+    __slots__ = ("head", "split", "tail")
 
     def __init__(
         self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
     ) -> None:
-        self.f, self.g, self.e = f, g, e
+        d0, d1 = f[0] - g[0], f[1] - g[1]
+
+        def f_wins(j: int) -> bool:
+            return d0 + d1 * j >= 0
+
+        first = f_wins(0)
+        self.split: int | None = None  # first j where the other line wins; None: never
+        if d1 != 0 and (d1 < 0) == first:  # the gap closes: one switch, at the root
+            root = -d0 / d1
+            split = max(math.floor(root) + 1 if first else math.ceil(root), 1)
+            while split > 1 and f_wins(split - 1) != first:
+                split -= 1
+            while f_wins(split) == first:
+                split += 1
+            self.split = split
+        win, lose = (f, g) if first else (g, f)
+        self.head = (win[0] + e[0], win[1] + e[1])
+        self.tail = (lose[0] + e[0], lose[1] + e[1])
 
     def sums(self, k: int) -> tuple[float, float]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
         if k <= 0:
             return 0.0, 0.0
-        peak = max_linear_window(self.f, self.g, k)
-        extra = linear_window(self.e[0], self.e[1], 0, k)
-        return peak[0] + extra[0], peak[1] + extra[1]
+        split = self.split
+        if split is None or k <= split:
+            return linear_window(self.head[0], self.head[1], 0, k)
+        head = linear_window(self.head[0], self.head[1], 0, split)
+        tail = linear_window(self.tail[0], self.tail[1], split, k)
+        return head[0] + tail[0], head[1] + tail[1]
 
     def steps_to_reach(self, duration: float) -> int:
         """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
