@@ -45,8 +45,6 @@ class SchedulerOutput:
     swap_out: list[SwapMapping] = field(default_factory=list)
     swap_in: list[SwapMapping] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
-    blocked_on_memory: bool = False
-    """A request waited this iteration because memory was short (not a budget)."""
 
     @property
     def num_tokens(self) -> int:
@@ -145,13 +143,11 @@ class Scheduler(abc.ABC):
             if n <= 0 or used + n > token_budget:
                 break
             if not self._can_admit(req, n):
-                out.blocked_on_memory = True
                 break
             computed = self.kv.allocate(
                 req.seq_id, n, token_ids=req.token_ids, final_len=req.max_kv_tokens
             )
             if computed is None:
-                out.blocked_on_memory = True
                 break
             self.waiting.popleft()
             req.num_computed_tokens = computed

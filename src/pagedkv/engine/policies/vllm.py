@@ -66,7 +66,6 @@ class VllmScheduler(Scheduler):
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
             if self.paged.can_swap_in([req.seq_id]) is not AllocStatus.OK:
-                out.blocked_on_memory = True
                 break
             mappings = self.paged.swap_in([req.seq_id])
             if mappings is None:
