@@ -97,6 +97,8 @@ class FastForward:
                 if room < k:
                     k, stop = room, "room"
                 continue
+            if room == 0 and r.num_computed_tokens % bs:
+                return "copy-on-write"  # a shared partial last block: the scheduler copies it
             slots = r.num_computed_tokens + room  # slots held now
             i = room + 1
             while i <= k:
