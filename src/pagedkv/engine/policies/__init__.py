@@ -1,10 +1,14 @@
 """Scheduling policies, one per file, registered by name (``--scheduler NAME``).
 
-To add a policy: subclass ``pagedkv.engine.scheduler.Scheduler`` in a new file (give it a
-``name``, ``make_allocator`` and ``schedule``) and add it to ``SCHEDULERS`` below.
+To add a policy: subclass ``pagedkv.engine.scheduler.Scheduler`` in a file of your own (give it
+a ``name``, ``make_allocator`` and ``schedule``) and decorate it with ``@register_scheduler``;
+once that file is imported, ``SchedulerConfig(scheduler=name)`` and ``pagedkv.simulate`` use
+it like a built-in one. The built-in policies are listed below.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from pagedkv.engine.policies.contiguous import ContiguousSlots, OrcaMax, OrcaOracle, OrcaPow2
 from pagedkv.engine.policies.greedy import GreedyNoPreemptScheduler
@@ -12,6 +16,7 @@ from pagedkv.engine.policies.reserve import ReserveScheduler
 from pagedkv.engine.policies.static import StaticScheduler
 from pagedkv.engine.policies.vllm import VllmScheduler
 from pagedkv.engine.scheduler import Scheduler
+from pagedkv.errors import ConfigError
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
     cls.name: cls
@@ -27,4 +32,18 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     )
 }
 
-__all__ = ["SCHEDULERS"]
+S = TypeVar("S", bound=type[Scheduler])
+
+
+def register_scheduler(cls: S) -> S:
+    """Make a policy known by its ``name`` (a class decorator); a name is taken once."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigError("name", name, "a policy needs a non-empty string name")
+    if name in SCHEDULERS and SCHEDULERS[name] is not cls:
+        raise ConfigError("name", name, "is taken by " + SCHEDULERS[name].__qualname__)
+    SCHEDULERS[name] = cls
+    return cls
+
+
+__all__ = ["SCHEDULERS", "register_scheduler"]
