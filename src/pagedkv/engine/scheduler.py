@@ -19,7 +19,7 @@ import bisect
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.request import Request, RequestStatus
@@ -27,9 +27,10 @@ from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, BlockCopy, KVAllocator, SlotCopy, SwapMapping
 
 
-@dataclass(frozen=True)
-class ScheduledChunk:
-    """``num_new_tokens`` of ``request`` computed this iteration after ``num_cached_tokens``."""
+class ScheduledChunk(NamedTuple):
+    """``num_new_tokens`` of ``request`` computed this iteration after ``num_cached_tokens``.
+
+    A NamedTuple: one is made per scheduled sequence per iteration, so construction is hot."""
 
     request: Request
     num_new_tokens: int
