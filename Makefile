@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # The tensor layer's pin: a CPU build of torch that installs from local disk here
-# (pyproject.toml accepts torch>=2.4). Used once the tensor layer lands.
+# (pyproject.toml's torch extra accepts torch>=2.4). The tests and mypy need it.
 TORCH  := torch==2.13.0
 
 .PHONY: run test bench lint clean
@@ -18,6 +18,7 @@ $(VENV)/.base: pyproject.toml | $(BIN)/python
 	@touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(PIP) install $(TORCH)
 	$(PIP) install -e '.[test]'
 	@touch $@
 
