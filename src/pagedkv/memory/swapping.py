@@ -1,0 +1,158 @@
+"""Swapping between the GPU and CPU pools: the part of ``KVCacheManager`` that moves a
+sequence group's blocks out to the CPU pool and back.
+
+A group moves together: blocks shared among its sequences move once and stay shared on the CPU.
+A block also used by a sequence that stays on the GPU is copied (the GPU keeps it for the
+other). Swapping in reuses a GPU block whose prefix key is still cached, instead of copying.
+Every method returns the block copies an executor must perform, or ``None`` (changing nothing)
+when the destination pool is short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pagedkv.errors import UnknownSequenceError
+from pagedkv.memory.block_pool import BlockPool
+from pagedkv.memory.block_table import BlockTable
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.interface import AllocStatus, SeqId, SwapMapping
+from pagedkv.memory.tail_books import TailBooks
+
+
+class SwapMixin:
+    """Swap operations over the manager's pools, tables and books (declared below)."""
+
+    config: CacheConfig
+    gpu: BlockPool
+    cpu: BlockPool
+    _tables: dict[SeqId, BlockTable]
+    _swapped: dict[SeqId, BlockTable]
+    _tails: TailBooks
+    _token_slots: int
+    _swapped_out: int
+    _swapped_in: int
+
+    def _release_gpu(self, table: BlockTable) -> None:
+        raise NotImplementedError
+
+    def _register_keys(self, table: BlockTable) -> None:
+        raise NotImplementedError
+
+    def can_swap_out(self, seq_ids: Iterable[SeqId]) -> bool:
+        """Does the CPU pool have a block for every distinct GPU block of these sequences?"""
+        return len(self._distinct_blocks(seq_ids, self._tables)) <= self.cpu.num_free
+
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
+        """Move these sequences (swap a sequence group together) to the CPU pool.
+
+        Returns the GPU -> CPU block copies to perform, or ``None`` (changing nothing) if the CPU
+        pool is short. Blocks shared among the sequences stay shared on the CPU. A block also
+        referenced by a sequence that stays on the GPU is copied, and stays there for the other.
+        """
+        ids = list(seq_ids)
+        distinct = self._distinct_blocks(ids, self._tables)
+        if len(distinct) > self.cpu.num_free:
+            return None
+        to_cpu = {gpu: self.cpu.allocate() for gpu in distinct}
+        for seq_id in ids:
+            table = self._tables.pop(seq_id)
+            self._tails.untrack(seq_id, table)
+            gpu_blocks = list(table.blocks)
+            self._release_gpu(table)
+            table.blocks = [to_cpu[b] for b in gpu_blocks]
+            self._swapped[seq_id] = table
+        for cpu_block, refs in self._count_refs(ids, self._swapped).items():
+            for _ in range(refs - 1):  # allocate() gave one reference already
+                self.cpu.incref(cpu_block)
+        self._swapped_out += len(to_cpu)
+        return [SwapMapping(g, c) for g, c in to_cpu.items()]
+
+    def can_swap_in(self, seq_ids: Iterable[SeqId]) -> AllocStatus:
+        """Would swapping these sequences back in fit, honouring the watermark?"""
+        needed = self._swap_in_blocks_taken(list(seq_ids))
+        wm = self.config.watermark_blocks
+        if self.gpu.num_blocks - needed < wm:
+            return AllocStatus.NEVER
+        return AllocStatus.OK if self.gpu.num_free - needed >= wm else AllocStatus.LATER
+
+    def swap_in(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
+        """Bring swapped sequences back; CPU -> GPU copies to perform, or ``None`` if no room.
+
+        A block whose key is still in the GPU prefix cache is reused without a copy.
+        """
+        ids = list(seq_ids)
+        if self._swap_in_blocks_taken(ids) > self.gpu.num_free:
+            return None
+        to_gpu: dict[int, int] = {}
+        copies: list[SwapMapping] = []
+        for seq_id in ids:
+            table = self._swapped.pop(seq_id)
+            cpu_blocks = list(table.blocks)
+            for j, cpu_block in enumerate(cpu_blocks):
+                if cpu_block not in to_gpu:
+                    to_gpu[cpu_block] = self._gpu_block_for_swap_in(table, j, cpu_block, copies)
+                else:
+                    self.gpu.incref(to_gpu[cpu_block])
+            table.release(self.cpu)
+            table.blocks = [to_gpu[c] for c in cpu_blocks]
+            self._register_keys(table)
+            self._tables[seq_id] = table
+            self._tails.track(seq_id, table)
+        self._swapped_in += len(copies)
+        return copies
+
+    # ----- internals --------------------------------------------------------------------------
+    @staticmethod
+    def _distinct_blocks(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> list[int]:
+        seen: dict[int, None] = {}
+        for seq_id in seq_ids:
+            if seq_id not in tables:
+                raise UnknownSequenceError(f"sequence {seq_id!r} is not in the expected pool")
+            seen.update(dict.fromkeys(tables[seq_id].blocks))
+        return list(seen)
+
+    @staticmethod
+    def _count_refs(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> dict[int, int]:
+        refs: dict[int, int] = {}
+        for seq_id in seq_ids:
+            for b in tables[seq_id].blocks:
+                refs[b] = refs.get(b, 0) + 1
+        return refs
+
+    def _cached_gpu_block(self, table: BlockTable, j: int) -> int | None:
+        if self.config.enable_prefix_caching and j < len(table.block_hashes):
+            return self.gpu.lookup(table.block_hashes[j])
+        return None
+
+    def _swap_in_blocks_taken(self, seq_ids: list[SeqId]) -> int:
+        """Free-queue entries a swap-in consumes (cached blocks already in use cost none)."""
+        taken = 0
+        seen: set[int] = set()
+        for seq_id in seq_ids:
+            if seq_id not in self._swapped:
+                raise UnknownSequenceError(f"sequence {seq_id!r} is not swapped out")
+            table = self._swapped[seq_id]
+            for j, cpu_block in enumerate(table.blocks):
+                if cpu_block in seen:
+                    continue
+                seen.add(cpu_block)
+                cached = self._cached_gpu_block(table, j)
+                taken += int(cached is None or self.gpu.ref_counts[cached] == 0)
+        return taken
+
+    def _gpu_block_for_swap_in(
+        self, table: BlockTable, j: int, cpu_block: int, copies: list[SwapMapping]
+    ) -> int:
+        cached = self._cached_gpu_block(table, j)
+        if cached is not None:  # the GPU still holds this block's K/V: no copy needed
+            if self.gpu.ref_counts[cached] == 0:
+                self._token_slots += table.fill(j)
+            self.gpu.incref(cached)
+            return cached
+        gpu_block = self.gpu.allocate()
+        self._token_slots += table.fill(j)
+        if self.config.enable_prefix_caching and j < len(table.block_hashes):
+            self.gpu.cache_block(gpu_block, table.block_hashes[j])
+        copies.append(SwapMapping(cpu_block, gpu_block))
+        return gpu_block
