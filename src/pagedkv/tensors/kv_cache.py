@@ -14,7 +14,7 @@ A CPU pool of ``num_cpu_blocks`` blocks per layer (same layout) backs ``swap_out
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -33,6 +33,16 @@ def _check_block_ids(name: str, ids: Sequence[int], num_blocks: int, pool: str) 
             raise ValueError(
                 f"{name}: block {b} is out of range for the {pool} pool of {num_blocks} blocks"
             )
+
+
+def _split(pairs: Iterable[BlockCopy] | Iterable[SwapMapping]) -> tuple[list[int], list[int]]:
+    """(sources, destinations) of block copies or swap mappings."""
+    src: list[int] = []
+    dst: list[int] = []
+    for pair in pairs:
+        src.append(int(pair.src))
+        dst.append(int(pair.dst))
+    return src, dst
 
 
 def slot_mapping(
@@ -203,14 +213,18 @@ class PagedKVCache:
         return k, v
 
     # ----- block moves --------------------------------------------------------------------------
+    def _pools(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """(device pool, CPU pool) of every layer's K and V."""
+        return zip(
+            (*self.k_caches, *self.v_caches), (*self.cpu_k_caches, *self.cpu_v_caches), strict=True
+        )
+
     def copy_blocks(self, copies: Iterable[BlockCopy]) -> None:
         """Copy-on-write: copy device block ``src`` into device block ``dst``, in every layer.
         All copies read the blocks as they were before any of them (a gather, then a scatter)."""
-        pairs = [(int(c.src), int(c.dst)) for c in copies]
-        if not pairs:
+        src, dst = _split(copies)
+        if not src:
             return
-        src = [s for s, _ in pairs]
-        dst = [d for _, d in pairs]
         _check_block_ids("copies", src + dst, self.num_blocks, "device")
         src_ids, dst_ids = self._ids(src), self._ids(dst)
         for cache in (*self.k_caches, *self.v_caches):
@@ -218,34 +232,24 @@ class PagedKVCache:
 
     def swap_out(self, mappings: Iterable[SwapMapping]) -> None:
         """Copy device block ``src`` into CPU block ``dst``, in every layer (swap out)."""
-        pairs = [(int(m.src), int(m.dst)) for m in mappings]
-        if not pairs:
+        src, dst = _split(mappings)
+        if not src:
             return
-        src = [s for s, _ in pairs]
-        dst = [d for _, d in pairs]
         _check_block_ids("mappings", src, self.num_blocks, "device")
         _check_block_ids("mappings", dst, self.num_cpu_blocks, "CPU")
         src_ids = self._ids(src)
         dst_ids = torch.tensor(dst, dtype=torch.long)
-        pools = zip(
-            (*self.k_caches, *self.v_caches), (*self.cpu_k_caches, *self.cpu_v_caches), strict=True
-        )
-        for device_cache, cpu_cache in pools:
+        for device_cache, cpu_cache in self._pools():
             cpu_cache.index_copy_(0, dst_ids, device_cache.index_select(0, src_ids).cpu())
 
     def swap_in(self, mappings: Iterable[SwapMapping]) -> None:
         """Copy CPU block ``src`` into device block ``dst``, in every layer (swap in)."""
-        pairs = [(int(m.src), int(m.dst)) for m in mappings]
-        if not pairs:
+        src, dst = _split(mappings)
+        if not src:
             return
-        src = [s for s, _ in pairs]
-        dst = [d for _, d in pairs]
         _check_block_ids("mappings", src, self.num_cpu_blocks, "CPU")
         _check_block_ids("mappings", dst, self.num_blocks, "device")
         src_ids = torch.tensor(src, dtype=torch.long)
         dst_ids = self._ids(dst)
-        pools = zip(
-            (*self.k_caches, *self.v_caches), (*self.cpu_k_caches, *self.cpu_v_caches), strict=True
-        )
-        for device_cache, cpu_cache in pools:
+        for device_cache, cpu_cache in self._pools():
             device_cache.index_copy_(0, dst_ids, cpu_cache.index_select(0, src_ids).to(self.device))
