@@ -1,9 +1,13 @@
-"""The ``pagedkv`` command line: ``bench`` (the main benchmark) and ``simulate`` (one run)."""
+"""The ``pagedkv`` command line: ``bench`` (the main benchmark) and ``simulate`` (one run) here;
+every other subcommand lives beside what it drives, in a module of ``COMMAND_MODULES`` that
+defines ``register(subparsers)`` (it adds its parsers, each with ``set_defaults(func=...)``,
+and imports nothing heavy, torch above all, until its command runs)."""
 
 from __future__ import annotations
 
 import argparse
 import enum
+import importlib
 import sys
 import types
 import typing
@@ -17,6 +21,12 @@ from pagedkv import __version__
 from pagedkv.errors import ConfigError, PagedKVError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DEADLOCK = 0, 2, 3
+COMMAND_MODULES = (
+    "pagedkv.experiments.commands",  # experiment, claims, reproduce
+    "pagedkv.report.commands",  # report
+    "pagedkv.tensors.commands",  # generate
+    "pagedkv.sweep.commands",  # sweep, plan
+)
 PROGRESS_MIN_REQUESTS = 1000
 """Shorter runs end before a progress bar would tell anything."""
 _FLAT = "flat."  # namespace prefix of the generated flags, so no flat key can clash with ours
@@ -250,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_simulate_flags(simulate)
     simulate.set_defaults(func=_cmd_simulate)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -107,7 +107,8 @@ class Engine:
     def _step(self, batch: SchedulerOutput) -> bool:
         """Run one iteration; True if a request finished in it."""
         sched = self.scheduler
-        duration = self.executor.execute(batch).duration
+        result = self.executor.execute(batch)
+        duration, sampled = result.duration, result.sampled
         usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
         self._account(batch, duration, usage)
         start = self.now
@@ -120,6 +121,8 @@ class Engine:
             req.num_computed_tokens += chunk.num_new_tokens
             if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
                 req.num_output_tokens += 1
+                if sampled is not None:
+                    req.output_token_ids.append(sampled[req.seq_id])
                 if req.first_token_time is None:
                     req.first_token_time = self.now
                 if req.num_output_tokens == req.output_len:

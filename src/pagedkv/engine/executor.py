@@ -7,6 +7,7 @@ the real one (``pagedkv.tensors``, torch) runs a model on paged K/V through the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -17,9 +18,12 @@ from pagedkv.engine.scheduler import SchedulerOutput
 
 @dataclass(frozen=True)
 class StepResult:
-    """How long the iteration took (simulated seconds, or ticks under the unit clock)."""
+    """How long the iteration took (simulated seconds, or ticks under the unit clock), and,
+    from a real executor, the token each sequence sampled (keyed by its ``seq_id``; only
+    sequences whose computed tokens caught up with their total sample one)."""
 
     duration: float
+    sampled: Mapping[object, int] | None = None
 
 
 @runtime_checkable

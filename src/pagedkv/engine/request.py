@@ -52,10 +52,17 @@ class Request:
     num_recomputed_tokens: int = 0
     reject_reason: str | None = None
     seq_ids: list[object] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)  # filled by a real executor
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
-        return cls(spec.request_id, spec.arrival_time, spec.prompt_len, spec.output_len)
+        return cls(
+            spec.request_id,
+            spec.arrival_time,
+            spec.prompt_len,
+            spec.output_len,
+            token_ids=spec.token_ids,
+        )
 
     def __post_init__(self) -> None:
         if not self.seq_ids:
@@ -70,6 +77,14 @@ class Request:
     def num_tokens(self) -> int:
         """Tokens known so far: the prompt and every output sampled."""
         return self.prompt_len + self.num_output_tokens
+
+    @property
+    def known_token_ids(self) -> tuple[int, ...] | None:
+        """Every token id so far (prompt, then sampled outputs), or None unless all are known:
+        the prompt's ids come with the workload, the outputs' from a real executor."""
+        if self.token_ids is None or len(self.output_token_ids) != self.num_output_tokens:
+            return None
+        return self.token_ids + tuple(self.output_token_ids)
 
     @property
     def max_kv_tokens(self) -> int:

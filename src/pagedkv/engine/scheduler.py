@@ -146,7 +146,7 @@ class Scheduler(abc.ABC):
             if not self._can_admit(req, n):
                 break
             computed = self.kv.allocate(
-                req.seq_id, n, token_ids=req.token_ids, final_len=req.max_kv_tokens
+                req.seq_id, n, token_ids=req.known_token_ids, final_len=req.max_kv_tokens
             )
             if computed is None:
                 break
@@ -160,7 +160,7 @@ class Scheduler(abc.ABC):
     def _can_admit(self, req: Request, num_tokens: int) -> bool:
         """Admission test; the default asks the allocator (watermark included)."""
         status = self.kv.can_allocate(
-            req.seq_id, num_tokens, token_ids=req.token_ids, final_len=req.max_kv_tokens
+            req.seq_id, num_tokens, token_ids=req.known_token_ids, final_len=req.max_kv_tokens
         )
         return status is AllocStatus.OK
 

@@ -24,6 +24,8 @@ class RequestSpec:
     output_len: int
     arrival_time: float = 0.0
     extra: tuple[tuple[str, str], ...] = ()
+    token_ids: tuple[int, ...] | None = None
+    """The prompt's token ids, when known (real executor, prefix caching); ``prompt_len`` long."""
 
     def __post_init__(self) -> None:
         check_int("request_id", self.request_id, 0)
@@ -32,6 +34,16 @@ class RequestSpec:
         if not isinstance(self.arrival_time, (int, float)) or self.arrival_time < 0:
             raise ConfigError("arrival_time", self.arrival_time, "must be a number >= 0")
         _check_extra(self.extra)
+        if self.token_ids is not None and (
+            not isinstance(self.token_ids, tuple)
+            or len(self.token_ids) != self.prompt_len
+            or not all(isinstance(t, int) and t >= 0 for t in self.token_ids)
+        ):
+            raise ConfigError(
+                "token_ids",
+                self.token_ids,
+                f"must be None or a tuple of prompt_len = {self.prompt_len} ints >= 0",
+            )
 
     @property
     def final_len(self) -> int:

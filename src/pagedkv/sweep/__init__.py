@@ -1,0 +1,1 @@
+"""Sweeps over simulate options and capacity planning, on local processes or Ray."""
