@@ -31,12 +31,12 @@ def field_help(cls: type, name: str) -> str:
 
 def check_int(field: str, value: object, minimum: int | None = None) -> int:
     """``value`` must be an int (not a bool, not a float) and at least ``minimum``."""
-    allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(field, value, allowed)
-    if minimum is not None and value < minimum:
-        raise ConfigError(field, value, allowed)
-    return value
+        pass
+    elif minimum is None or value >= minimum:
+        return value  # the message below is only built for an error: this is on hot paths
+    allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
+    raise ConfigError(field, value, allowed)
 
 
 def check_fraction(field: str, value: object, *, lo: float = 0.0, hi: float = 1.0) -> float:

@@ -220,3 +220,14 @@ def test_roofline_rejects_bad_tensor_parallelism() -> None:
     with pytest.raises(ConfigError) as info:
         RooflineCost(GPUS["A100-40GB"], MODELS["OPT-13B"], tensor_parallel_size=3)
     assert info.value.field == "tensor_parallel_size"
+
+
+@given(cost_models, shapes, deltas, st.floats(0.0, 1e4), st.lists(st.integers(-2, 5000)))
+def test_curve_closed_forms_equal_the_search_and_the_sums(
+    model: CostModel, base: BatchShape, delta: BatchShape, duration: float, ks: list[int]
+) -> None:
+    """steps_to_reach solves a quadratic; totals skips a call per k: both must give exactly
+    what the plain search over ``sums`` and ``sums`` itself give."""
+    curve = model.curve(base, delta)
+    assert curve.steps_to_reach(duration) == search_steps(lambda k: curve.sums(k)[0], duration)
+    assert curve.totals(ks) == [curve.sums(k)[0] for k in ks]

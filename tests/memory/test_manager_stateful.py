@@ -103,6 +103,30 @@ class PagedManagerMachine(RuleBasedStateMachine):
         assert self.m.num_tokens(seq) == t + n
 
     @precondition(lambda self: bool(self.on_gpu()))
+    @rule(data=st.data(), n=st.integers(0, 20))
+    def append_all(self, data: st.DataObject, n: int) -> None:
+        """The bulk append (a decode round or a fast-forward window) when the room is there:
+        the same end state as one append_slots per sequence."""
+        seqs = data.draw(st.lists(st.sampled_from(self.on_gpu()), unique=True, min_size=1))
+        needed = 0
+        cows = 0
+        left = list(self.m.gpu.ref_counts)  # a copy-on-write leaves the shared block's others
+        for seq in seqs:
+            t, blocks = self.m.num_tokens(seq), self.m.block_ids(seq)
+            cow = n > 0 and t % self.bs != 0 and left[blocks[-1]] > 1
+            if cow:
+                left[blocks[-1]] -= 1
+            needed += cdiv(t + n, self.bs) - len(blocks) + int(cow)
+            cows += cow
+        if needed > self.m.num_free_blocks:
+            return
+        copies = self.m.append_slots_all(seqs, n)
+        event("bulk append with copy-on-write" if cows else "bulk append")
+        assert len(copies) == cows
+        for seq in seqs:  # ids unknown to the bulk path: the sequence's later blocks go unkeyed
+            self.tokens[seq] = self.tokens[seq] + [999_999_999] * n
+
+    @precondition(lambda self: bool(self.on_gpu()))
     @rule(data=st.data(), extra=st.integers(0, 30))
     def fork(self, data: st.DataObject, extra: int) -> None:
         parent = data.draw(st.sampled_from(self.on_gpu()))
@@ -189,6 +213,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
             free_slots = len(blocks) * self.bs - m.num_tokens(seq)
             assert m.room(seq) == (0 if shared else free_slots)
             assert 0 <= m.room(seq) < self.bs
+        assert m.rooms(self.on_gpu()) == [m.room(s) for s in self.on_gpu()]
 
     @invariant()
     def cached_keys_match_the_tokens_held(self) -> None:

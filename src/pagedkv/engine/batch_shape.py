@@ -30,6 +30,11 @@ class BatchShape:
     """K/V tokens read: each sequence reads its whole context (cached + new) once."""
 
     def __post_init__(self) -> None:
+        # One cheap test on the hot path (a shape per step and per window); the named error
+        # only when it fails.
+        values = (self.num_tokens, self.num_seqs, self.attn_pairs, self.kv_read_tokens)
+        if all(type(v) is int and v >= 0 for v in values):
+            return
         for field in _SHAPE_FIELDS:
             check_int(field, getattr(self, field), 0)
 

@@ -78,11 +78,21 @@ class FastForward:
         kv = sched.kv
         assert self.cost is not None
         queued = sched.has_queued()
-        base = BatchShape.from_chunks((1, r.num_computed_tokens) for r in running)
-        delta = BatchShape.decode_growth(len(running))
-        k = min(r.output_len - r.num_output_tokens for r in running)  # first finish, inclusive
+        n = len(running)
+        seq_ids = [r.seq_ids[0] for r in running]
+        rooms = kv.rooms(seq_ids)
+        # One pass for the first finish (inclusive) and the decode batch's shape: n decodes,
+        # each after its computed tokens (BatchShape.from_chunks of (1, c) per request).
+        k = running[0].output_len - running[0].num_output_tokens
+        context = 0
+        for r in running:
+            left = r.output_len - r.num_output_tokens
+            if left < k:
+                k = left
+            context += r.num_computed_tokens
+        base = BatchShape(n, n, context + n, context + n)
         stop: str | None = None
-        curve = self.cost.curve(base, delta)
+        curve = self.cost.curve(base, BatchShape.decode_growth(n))
         arrival = eng.next_arrival
         if arrival is not None and not queued:
             k_arrival = curve.steps_to_reach(arrival - eng.now)
@@ -91,23 +101,29 @@ class FastForward:
         # Block allocations per round offset, and the internal fragmentation each one starts.
         bs = kv.growth_block_size
         events: dict[int, list[int]] = {}  # round -> [number of blocks, added internal frag]
-        for r in running:
-            room = kv.room(r.seq_id)
-            if bs is None:
-                if room < k:
-                    k, stop = room, "room"
-                continue
-            if room == 0 and r.num_computed_tokens % bs:
-                return "copy-on-write"  # a shared partial last block: the scheduler copies it
-            slots = r.num_computed_tokens + room  # slots held now
-            i = room + 1
-            while i <= k:
-                slots += bs
-                ev = events.setdefault(i, [0, 0])
-                ev[0] += 1
-                if slots >= r.max_kv_tokens:
-                    ev[1] += slots - r.max_kv_tokens
-                i += bs
+        if bs is None:
+            least = min(rooms)
+            if least < k:
+                k, stop = least, "room"
+        else:
+            for r, room in zip(running, rooms, strict=True):
+                if room >= k:
+                    continue  # no new block within the window
+                computed = r.num_computed_tokens
+                if room == 0 and computed % bs:
+                    return "copy-on-write"  # a shared partial last block: the scheduler copies
+                i = room + 1  # the round whose token needs a new block
+                slots = computed + room  # slots held now
+                final = r.prompt_len + r.output_len - 1  # max_kv_tokens
+                while i <= k:
+                    slots += bs
+                    ev = events.get(i)
+                    if ev is None:
+                        events[i] = ev = [0, 0]
+                    ev[0] += 1
+                    if slots >= final:
+                        ev[1] += slots - final
+                    i += bs
         free = getattr(kv, "num_free_blocks", None)
         if events and free is not None:
             used = 0
@@ -120,7 +136,7 @@ class FastForward:
                     break
         if k <= 0:
             return stop or "empty"
-        self._advance(curve, k, {i: ev for i, ev in events.items() if i <= k}, queued)
+        self._advance(curve, k, {i: ev for i, ev in events.items() if i <= k}, queued, seq_ids)
         if queued:
             eng.admit_arrivals()
         return stop
@@ -140,7 +156,12 @@ class FastForward:
         ) and all(r.num_pending_tokens == 1 for r in running)
 
     def _advance(
-        self, curve: WindowCurve, k: int, events: dict[int, list[int]], waiting: bool
+        self,
+        curve: WindowCurve,
+        k: int,
+        events: dict[int, list[int]],
+        waiting: bool,
+        seq_ids: list[object],
     ) -> None:
         eng = self.engine
         sched = eng.scheduler
@@ -154,8 +175,9 @@ class FastForward:
         alloc = u.allocated * total
         internal = u.internal_fragmentation * total
         bs = kv.growth_block_size or 0
-        for i, (blocks, tail) in events.items():
-            after = total - curve.sums(i - 1)[0]  # rounds i..k
+        starts = curve.totals([i - 1 for i in events])  # time before round i
+        for (blocks, tail), before in zip(events.values(), starts, strict=True):
+            after = total - before  # rounds i..k
             alloc += bs * blocks * after
             internal += tail * after
         integrals = {
@@ -166,11 +188,14 @@ class FastForward:
             "free": 0.0 if waiting else (u.capacity * total - alloc),
         }
         # Apply: slots, counters, clock, totals.
-        for r in sched.running:
-            if kv.append_slots(r.seq_id, k) is None:
-                raise AssertionError("fast-forward planned room that was not there")
+        running = sched.running
+        kv.append_slots_all(seq_ids, k)
+        finished = []
+        for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
+            if r.num_output_tokens == r.output_len:
+                finished.append(r)
         eng.now += total
         t = eng.totals
         t.iterations += k
@@ -181,7 +206,6 @@ class FastForward:
             t.weighted[name] += integrals[name]
         self.windows += 1
         self.rounds += k
-        finished = [r for r in sched.running if r.num_output_tokens == r.output_len]
         eng.finish(finished)
         if eng.check_integrity:
             kv.check_integrity()

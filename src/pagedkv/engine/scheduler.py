@@ -196,6 +196,10 @@ class Scheduler(abc.ABC):
 
     def _decode_running(self, out: SchedulerOutput, only: Sequence[Request] | None = None) -> int:
         """One token for every running request whose prefill is done; returns tokens."""
+        if only is None and not out.chunks:
+            done = self._decode_all(out)
+            if done is not None:
+                return done
         used = 0
         scheduled = {c.request for c in out.chunks}
         for req in list(self.running if only is None else only):
@@ -207,3 +211,23 @@ class Scheduler(abc.ABC):
                 out.chunks.append(self._chunk(req, 1))
                 used += 1
         return used
+
+    def _decode_all(self, out: SchedulerOutput) -> int | None:
+        """The common decode round in one allocator call: every running request decodes and
+        the free blocks cover every new block, so no one is preempted and the per-request
+        loop would end in the same state (same blocks, same order). None: take the loop."""
+        running = self.running
+        if not running:
+            return None
+        for r in running:
+            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1:
+                return None  # a prefill (chunk or recompute) among them
+        seq_ids = [r.seq_ids[0] for r in running]
+        short = self.kv.rooms(seq_ids).count(0)  # each needs one block (new, or a copy)
+        if short:
+            free = getattr(self.kv, "num_free_blocks", None)
+            if self.kv.growth_block_size is None or free is None or short > free:
+                return None
+        out.copies.extend(self.kv.append_slots_all(seq_ids, 1))
+        out.chunks.extend([ScheduledChunk(r, 1, r.num_computed_tokens) for r in running])
+        return len(running)

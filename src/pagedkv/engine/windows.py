@@ -128,6 +128,54 @@ class WindowCurve:
         tail = linear_window(self.tail[0], self.tail[1], split, k)
         return head[0] + tail[0], head[1] + tail[1]
 
+    def totals(self, ks: list[int]) -> list[float]:
+        """sum_{j<k} d_j for each k of ``ks``: ``sums(k)[0]`` (the same floats), without a
+        call per k (the fast-forward asks for one per block-allocation round of a window)."""
+        a, b = self.head
+        split = self.split
+        out = []
+        for k in ks:
+            if k <= 0:
+                out.append(0.0)
+            elif split is None or k <= split:
+                out.append(k * a + b * (k * (k - 1) // 2))
+            else:
+                out.append(self.sums(k)[0])
+        return out
+
     def steps_to_reach(self, duration: float) -> int:
-        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
-        return search_steps(lambda k: self.sums(k)[0], duration)
+        """Smallest k >= 0 with sum_{j<k} d_j >= duration.
+
+        The sum is a quadratic in k on each of the (at most two) pieces: solve it, then settle
+        the rounding with exact sums, so the answer is the one a search would give.
+        """
+        if check_duration(duration) <= 0:
+            return 0
+        a, b = self.head
+        k = _solve(a, b, duration)
+        split = self.split
+        if split is not None and k > split:  # past the switch: continue on the tail line
+            done = self.sums(split)[0]
+            a2, b2 = self.tail
+            k = split + _solve(a2 + b2 * split, b2, duration - done)
+        total = self.sums
+        while k > 0 and total(k - 1)[0] >= duration:
+            k -= 1
+        while total(k)[0] < duration:
+            k += 1
+        return k
+
+
+def _solve(a: float, b: float, duration: float) -> int:
+    """An estimate of the smallest k with sum_{j<k} (a + b j) = a k + b k (k-1) / 2 >= duration
+    for a step time a > 0 growing by b >= 0 a step; the caller settles it with exact sums.
+
+    The root of b/2 k^2 + p k - duration (p = a - b/2), written 2 duration / (p + sqrt(...))
+    so that nothing cancels when b is tiny (b = 0 gives duration / a)."""
+    if duration <= 0:
+        return 0
+    p = a - b / 2
+    denom = p + math.sqrt(max(p * p + 2 * b * duration, 0.0))
+    if denom <= 0:
+        raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
+    return max(1, math.ceil(2 * duration / denom))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pagedkv.errors import ConfigError, IntegrityError, UnknownSequenceError
+from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
 from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
 from pagedkv.memory.interface import AllocStatus, SeqId, SlotCopy
 from pagedkv.memory.placement import AddressSpace, BuddySpace, FirstFitSpace, FixedSlotSpace
@@ -110,10 +110,23 @@ class ContiguousAllocator:
         r = self._get(seq_id)
         return min(r.held, self.config.max_model_len) - r.tokens
 
+    def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
+        """``room`` of each sequence."""
+        return [self.room(s) for s in seq_ids]
+
     def region(self, seq_id: SeqId) -> tuple[int, int]:
         """(start, slots actually held) of the sequence's region, e.g. to draw a block map."""
         r = self._get(seq_id)
         return r.start, r.held
+
+    def seq_ids(self) -> list[SeqId]:
+        """The sequences holding a region, in admission order."""
+        return list(self._seqs)
+
+    def region_books(self, seq_id: SeqId) -> tuple[int, int, int]:
+        """(token states, reservation, internal fragmentation) of ``seq_id``'s region: its held
+        slots from the start, in that order (e.g. to draw a block map)."""
+        return self._get(seq_id).books()
 
     def reservation_for(self, final_len: int | None, num_tokens: int = 0) -> int:
         """R, the slots asked for a request of final length ``final_len`` (prompt + output)
@@ -174,6 +187,13 @@ class ContiguousAllocator:
             return None
         self._place(seq_id, reserved, num_tokens, final, num_tokens)
         return 0
+
+    def append_slots_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> list[SlotCopy]:
+        """``append_slots`` for each sequence; the caller checked every region's room."""
+        for seq_id in seq_ids:
+            if self.append_slots(seq_id, num_tokens) is None:
+                raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+        return []
 
     def append_slots(
         self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None

@@ -102,6 +102,18 @@ class KVAllocator(Protocol):
         """Tokens ``seq_id`` can append with no allocation and no copy."""
         ...
 
+    def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
+        """``room`` of each sequence, in one call."""
+        ...
+
+    def append_slots_all(
+        self, seq_ids: Sequence[SeqId], num_tokens: int
+    ) -> Sequence[BlockCopy | SlotCopy]:
+        """``append_slots(s, num_tokens)`` for each sequence, room checked by the caller (a
+        decode round, or a fast-forward window, in one call); returns the copies in order and
+        raises ``PagedKVError`` if one fails."""
+        ...
+
     @property
     def growth_block_size(self) -> int | None:
         """Slots each allocation adds once room runs out (None: it cannot grow)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pagedkv.errors import ConfigError, IntegrityError, UnknownSequenceError
+from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
@@ -124,6 +124,21 @@ class KVCacheManager(SwapMixin):
         if table.blocks and self.gpu.ref_counts[table.blocks[-1]] > 1:
             return 0  # the next write into the shared last block copies it first
         return table.num_slots - table.num_tokens
+
+    def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
+        """``room`` of each sequence, in one call (the fast-forward asks for all at once)."""
+        tables = self._tables
+        refs = self.gpu.ref_counts
+        bs = self.block_size
+        out = []
+        for seq_id in seq_ids:
+            table = tables.get(seq_id) or self._gpu_table(seq_id)
+            blocks = table.blocks
+            if blocks and refs[blocks[-1]] > 1:
+                out.append(0)
+            else:
+                out.append(len(blocks) * bs - table.num_tokens)
+        return out
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
@@ -290,6 +305,56 @@ class KVCacheManager(SwapMixin):
         self._cow_copies += len(copies)
         self._register_keys(table)
         self._tails.track(seq_id, table)
+        return copies
+
+    def append_slots_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> list[BlockCopy]:
+        """``append_slots(seq_id, num_tokens)`` for every sequence: the fast-forward's bulk
+        decode append (one call per window instead of one per sequence).
+
+        The caller has checked the room (free blocks); if it was wrong, ``PagedKVError`` is
+        raised. Returns the copy-on-write copies, in order. The common case (an unshared last
+        block, token ids unknown or prefix caching off) skips the general path's checks.
+        """
+        bs = self.block_size
+        tables = self._tables
+        pool = self.gpu
+        refs = pool.ref_counts
+        tails = self._tails
+        general = self.config.enable_prefix_caching
+        copies: list[BlockCopy] = []
+        same: list[int] = []  # last blocks that stay partial: only their fill moves
+        fast = 0
+        try:
+            for seq_id in seq_ids:
+                table = tables.get(seq_id) or self._gpu_table(seq_id)
+                blocks = table.blocks
+                if general or table.tokens_known or (blocks and refs[blocks[-1]] > 1):
+                    done = self.append_slots(seq_id, num_tokens)
+                    if done is None:
+                        raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+                    copies.extend(done)
+                    continue
+                old = table.num_tokens
+                new = old + num_tokens
+                fill = old % bs
+                final = table.final_len
+                if fill and fill + num_tokens < bs and (final is None or new <= final):
+                    table.num_tokens = new
+                    same.append(blocks[-1])
+                    fast += 1
+                    continue
+                need = -(-new // bs) - len(blocks)
+                if need:
+                    if need > pool.num_free:
+                        raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+                    for _ in range(need):
+                        blocks.append(pool.allocate())
+                table.num_tokens = new
+                tails.grow(seq_id, table, old)
+                fast += 1
+        finally:  # the books stay whole even if a sequence had no room
+            tails.fill_in_place(same, num_tokens)
+            self._token_slots += num_tokens * fast
         return copies
 
     def fork(

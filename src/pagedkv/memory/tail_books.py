@@ -97,6 +97,53 @@ class TailBooks:
         self.reservation += want - fill
         self.internal += bs - want
 
+    def grow(self, seq_id: SeqId, table: BlockTable, old_tokens: int) -> None:
+        """Untrack + track for a sequence that owns its blocks alone (no shared last block)
+        and grew from ``old_tokens`` tokens, possibly into new blocks: ``table`` already holds
+        the new tokens and blocks."""
+        bs = self.block_size
+        new = table.num_tokens
+        old_fill = old_tokens % bs
+        final = table.final_len
+        if old_fill:
+            fill = old_fill + new - old_tokens
+            if fill < bs:  # still in the same partial last block: move its books in place
+                block = table.blocks[-1]
+                wants = self._wants[block]
+                old_want = wants[seq_id]
+                start = new - fill
+                want = bs if final is None else min(bs, max(final - start, fill))
+                wants[seq_id] = want
+                self._fill[block] = fill
+                self.reservation += (want - fill) - (old_want - old_fill)
+                self.internal += old_want - want
+                return
+            # the old partial block filled up: it leaves the books
+            block = table.blocks[(old_tokens - 1) // bs]
+            old_want = self._wants.pop(block)[seq_id]
+            del self._fill[block]
+            self.reservation -= old_want - old_fill
+            self.internal -= bs - old_want
+        fill = new % bs
+        if not fill:
+            return
+        start = new - fill
+        want = bs if final is None else min(bs, max(final - start, fill))
+        block = table.blocks[-1]
+        self._wants[block] = {seq_id: want}
+        self._fill[block] = fill
+        self.reservation += want - fill
+        self.internal += bs - want
+
+    def fill_in_place(self, blocks: list[int], num_tokens: int) -> None:
+        """``num_tokens`` more tokens in each of these unshared partial last blocks, none of
+        which fills up or passes its sequence's final length F. A block's want is then
+        min(bs, F - start) before and after, so only fill and reservation move."""
+        fills = self._fill
+        for block in blocks:
+            fills[block] += num_tokens
+        self.reservation -= num_tokens * len(blocks)
+
     def check(self, tables: Mapping[SeqId, BlockTable]) -> None:
         """Recompute from scratch and compare with the running sums."""
         fresh = TailBooks(self.block_size)
