@@ -92,6 +92,7 @@ def make_engine(
     reference: bool = False,
     trace_steps: bool = False,
     watermark: float = 0.01,
+    prefix_caching: bool = False,
 ) -> Engine:
     """An engine over a simulated executor, with integrity checked after every iteration."""
     sched_cfg = SchedulerConfig(
@@ -106,6 +107,7 @@ def make_engine(
         block_size=block_size,
         num_cpu_blocks=num_cpu_blocks,
         watermark=watermark,
+        enable_prefix_caching=prefix_caching,
     )
     cls = SCHEDULERS[scheduler]
     kv = cls.make_allocator(cache, sched_cfg)

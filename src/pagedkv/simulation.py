@@ -28,6 +28,8 @@ from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.interface import KVAllocator
+from pagedkv.memory.manager import KVCacheManager
 from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
 from pagedkv.workloads.config import WorkloadConfig
 from pagedkv.workloads.factory import make_workload
@@ -240,6 +242,21 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
     )
 
 
+def prefix_cache_summary(kv: KVAllocator) -> dict[str, float]:
+    """Prefix caching's counters, in tokens: query_tokens (prompt tokens looked up at
+    admission), hit_tokens (of those, found cached), hit_rate = hit / query (0 without a
+    query), evictions (cached blocks reused for other data). Zero for contiguous memory."""
+    stats = kv.stats if isinstance(kv, KVCacheManager) else None
+    if stats is None:
+        return {"query_tokens": 0, "hit_tokens": 0, "hit_rate": 0.0, "evictions": 0}
+    return {
+        "query_tokens": stats.prefix_query_tokens,
+        "hit_tokens": stats.prefix_hit_tokens,
+        "hit_rate": stats.prefix_hit_rate,
+        "evictions": stats.evictions,
+    }
+
+
 def simulate(
     config: SimulationConfig,
     *,
@@ -254,6 +271,7 @@ def simulate(
     summary["deadlocked"] = run.deadlocked
     summary["stuck_requests"] = run.stuck
     summary["num_gpu_blocks"] = engine.scheduler.kv.capacity // config.hardware.block_size
+    summary["prefix_cache"] = prefix_cache_summary(engine.scheduler.kv)
     return SimulationResult(
         config=config.to_flat(),
         summary=summary,

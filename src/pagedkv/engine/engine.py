@@ -18,6 +18,7 @@ scheduler loop moves a request between queues or stops. No step cap is involved.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pagedkv.engine.fast_forward import FastForward
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
-from pagedkv.errors import IntegrityError
+from pagedkv.errors import ConfigError, IntegrityError
 from pagedkv.memory.usage import MemoryUsage
 from pagedkv.workloads.spec import RequestSpec
 
@@ -60,8 +61,21 @@ class Engine:
         self.scheduler = scheduler
         self.executor = executor
         self.requests = [Request.from_spec(s) for s in workload]
+        # Follow-ups (chat turns) wait for their parent: released at its finish + think time.
+        self.followups: dict[int, list[Request]] = {}
+        seen: set[int] = set()
+        for r in self.requests:
+            if r.parent_id is not None:
+                if r.parent_id not in seen:
+                    raise ConfigError(
+                        "parent_id", r.parent_id, "must name a request earlier in the workload"
+                    )
+                self.followups.setdefault(r.parent_id, []).append(r)
+            seen.add(r.request_id)
         self.requests.sort(key=lambda r: (r.arrival_time, r.request_id))
-        self.pending = deque(self.requests)  # not yet arrived, in arrival order
+        # not yet arrived, in arrival order: the open-loop requests, and released follow-ups
+        self.pending = deque(r for r in self.requests if r.parent_id is None)
+        self.released: list[tuple[float, int, Request]] = []  # a heap
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
         self.fast_forward = FastForward(self) if not (reference or trace_steps) else None
@@ -72,31 +86,57 @@ class Engine:
         self.steps: list[StepRecord] = []
 
     def admit_arrivals(self) -> None:
-        """Hand the scheduler every request that has arrived by now."""
-        pending = self.pending
-        while pending and pending[0].arrival_time <= self.now:
-            self.scheduler.add_request(pending.popleft())
+        """Hand the scheduler every request that has arrived by now, in arrival order."""
+        pending, released, now = self.pending, self.released, self.now
+        while True:
+            if released and released[0][0] <= now:
+                head = released[0][2]
+                if pending and (pending[0].arrival_time, pending[0].request_id) < released[0][:2]:
+                    head = pending.popleft()
+                else:
+                    heapq.heappop(released)
+            elif pending and pending[0].arrival_time <= now:
+                head = pending.popleft()
+            else:
+                return
+            if not self.scheduler.add_request(head):
+                self._reject_followups(head)
 
     @property
     def next_arrival(self) -> float | None:
-        return self.pending[0].arrival_time if self.pending else None
+        first = self.pending[0].arrival_time if self.pending else None
+        if self.released and (first is None or self.released[0][0] < first):
+            return self.released[0][0]
+        return first
+
+    def _release_followups(self, parent: Request) -> None:
+        for child in self.followups.pop(parent.request_id, ()):
+            child.arrival_time = self.now + child.think_time
+            heapq.heappush(self.released, (child.arrival_time, child.request_id, child))
+
+    def _reject_followups(self, parent: Request) -> None:
+        for child in self.followups.pop(parent.request_id, ()):
+            child.status = RequestStatus.REJECTED
+            child.reject_reason = f"its parent request {parent.request_id} was rejected"
+            self._reject_followups(child)
 
     def run(self) -> EngineRun:
-        pending = self.pending
         sched = self.scheduler
         while True:
             self.admit_arrivals()
+            arrival = self.next_arrival
             if not sched.has_unfinished():
-                if not pending:
+                if arrival is None:
                     break
-                self.now = pending[0].arrival_time  # idle until the next arrival
+                self.now = arrival  # idle until the next arrival
                 continue
             batch = sched.schedule()
             if batch.is_empty:
-                if pending:
-                    self.now = max(self.now, pending[0].arrival_time)
+                if arrival is not None:
+                    self.now = max(self.now, arrival)
                     continue
-                stuck = sorted(r.request_id for r in sched.stuck())
+                waiting = [c for cs in self.followups.values() for c in cs]
+                stuck = sorted(r.request_id for r in [*sched.stuck(), *waiting])
                 return EngineRun(self.requests, self.totals, self.now, True, stuck, self.steps)
             finished = self._step(batch)
             if self.fast_forward is not None and not finished:
@@ -138,6 +178,8 @@ class Engine:
             for done in self.scheduler.finish(req):
                 done.finish_time = self.now
                 self._ended += 1
+                if self.followups:
+                    self._release_followups(done)
         if finished and self.progress is not None:
             self.progress(self._ended, len(self.requests))
 

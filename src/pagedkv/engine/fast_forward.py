@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
-from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
 from pagedkv.engine.windows import WindowCurve
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class FastForward:
         }
         # Apply: slots, counters, clock, totals.
         running = sched.running
-        kv.append_slots_all(seq_ids, k)
+        kv.append_slots_all(seq_ids, k, new_token_ids(running, k))
         finished = []
         for r in running:
             r.num_computed_tokens += k

@@ -53,6 +53,9 @@ class Request:
     reject_reason: str | None = None
     seq_ids: list[object] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)  # filled by a real executor
+    planned_output_ids: tuple[int, ...] | None = None  # what a simulated model will generate
+    parent_id: int | None = None  # a closed-loop follow-up of this request (a chat turn)
+    think_time: float = 0.0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
@@ -62,6 +65,9 @@ class Request:
             spec.prompt_len,
             spec.output_len,
             token_ids=spec.token_ids,
+            planned_output_ids=spec.output_token_ids,
+            parent_id=spec.parent_id,
+            think_time=float(spec.think_time),
         )
 
     def __post_init__(self) -> None:
@@ -80,11 +86,36 @@ class Request:
 
     @property
     def known_token_ids(self) -> tuple[int, ...] | None:
-        """Every token id so far (prompt, then sampled outputs), or None unless all are known:
-        the prompt's ids come with the workload, the outputs' from a real executor."""
-        if self.token_ids is None or len(self.output_token_ids) != self.num_output_tokens:
+        """Every token id so far (prompt, then outputs), or None unless all are known: the
+        prompt's ids come with the workload, the outputs' from a real executor (sampled) or
+        from the workload (planned, for a simulation with prefix caching)."""
+        return self.token_slice(0, self.num_tokens)
+
+    def token_slice(self, start: int, end: int) -> tuple[int, ...] | None:
+        """The ids of tokens [start, end) (end <= num_tokens), or None if any is unknown.
+
+        0 ........ prompt_len ......... num_tokens
+        | prompt ids | output ids (sampled or planned) |
+        """
+        prompt = self.token_ids
+        if prompt is None:
             return None
-        return self.token_ids + tuple(self.output_token_ids)
+        p = self.prompt_len
+        if end <= p:
+            return prompt[start:end]
+        n = self.num_output_tokens
+        if len(self.output_token_ids) == n:
+            outs: tuple[int, ...] | list[int] = self.output_token_ids
+        elif self.planned_output_ids is not None:
+            outs = self.planned_output_ids
+        else:
+            return None
+        ids = (
+            tuple(outs[start - p : end - p])
+            if start >= p
+            else prompt[start:] + tuple(outs[: end - p])
+        )
+        return ids if len(ids) == end - start else None
 
     @property
     def max_kv_tokens(self) -> int:

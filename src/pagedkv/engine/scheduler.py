@@ -166,8 +166,10 @@ class Scheduler(abc.ABC):
 
     def _append(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Slots for ``n`` more tokens of a running request; preempt (policy) if none."""
+        start = req.num_computed_tokens
+        ids = req.token_slice(start, start + n)  # None unless the ids are known
         while True:
-            copies = self.kv.append_slots(req.seq_id, n)
+            copies = self.kv.append_slots(req.seq_id, n, token_ids=ids)
             if copies is not None:
                 out.copies.extend(copies)
                 return True
@@ -228,6 +230,14 @@ class Scheduler(abc.ABC):
             free = getattr(self.kv, "num_free_blocks", None)
             if self.kv.growth_block_size is None or free is None or short > free:
                 return None
-        out.copies.extend(self.kv.append_slots_all(seq_ids, 1))
+        out.copies.extend(self.kv.append_slots_all(seq_ids, 1, new_token_ids(running, 1)))
         out.chunks.extend([ScheduledChunk(r, 1, r.num_computed_tokens) for r in running])
         return len(running)
+
+
+def new_token_ids(running: Sequence[Request], n: int) -> list[tuple[int, ...] | None] | None:
+    """The ids of each request's next ``n`` tokens (None where unknown), or None if no request
+    has token ids at all (the usual simulation: then nothing is sliced)."""
+    if all(r.token_ids is None for r in running):
+        return None
+    return [r.token_slice(r.num_computed_tokens, r.num_computed_tokens + n) for r in running]

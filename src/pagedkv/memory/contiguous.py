@@ -188,8 +188,14 @@ class ContiguousAllocator:
         self._place(seq_id, reserved, num_tokens, final, num_tokens)
         return 0
 
-    def append_slots_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> list[SlotCopy]:
-        """``append_slots`` for each sequence; the caller checked every region's room."""
+    def append_slots_all(
+        self,
+        seq_ids: Sequence[SeqId],
+        num_tokens: int,
+        token_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> list[SlotCopy]:
+        """``append_slots`` for each sequence; the caller checked every region's room (token
+        ids play no part in contiguous memory)."""
         for seq_id in seq_ids:
             if self.append_slots(seq_id, num_tokens) is None:
                 raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")

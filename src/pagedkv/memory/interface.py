@@ -107,7 +107,10 @@ class KVAllocator(Protocol):
         ...
 
     def append_slots_all(
-        self, seq_ids: Sequence[SeqId], num_tokens: int
+        self,
+        seq_ids: Sequence[SeqId],
+        num_tokens: int,
+        token_ids: Sequence[Sequence[int] | None] | None = None,
     ) -> Sequence[BlockCopy | SlotCopy]:
         """``append_slots(s, num_tokens)`` for each sequence, room checked by the caller (a
         decode round, or a fast-forward window, in one call); returns the copies in order and

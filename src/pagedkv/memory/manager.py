@@ -307,13 +307,19 @@ class KVCacheManager(SwapMixin):
         self._tails.track(seq_id, table)
         return copies
 
-    def append_slots_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> list[BlockCopy]:
+    def append_slots_all(
+        self,
+        seq_ids: Sequence[SeqId],
+        num_tokens: int,
+        token_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> list[BlockCopy]:
         """``append_slots(seq_id, num_tokens)`` for every sequence: the fast-forward's bulk
         decode append (one call per window instead of one per sequence).
 
         The caller has checked the room (free blocks); if it was wrong, ``PagedKVError`` is
-        raised. Returns the copy-on-write copies, in order. The common case (an unshared last
-        block, token ids unknown or prefix caching off) skips the general path's checks.
+        raised. Returns the copy-on-write copies, in order. ``token_ids``, when given, holds
+        each sequence's new ids (or None). The common case (an unshared last block, token ids
+        unknown or prefix caching off) skips the general path's checks.
         """
         bs = self.block_size
         tables = self._tables
@@ -325,11 +331,12 @@ class KVCacheManager(SwapMixin):
         same: list[int] = []  # last blocks that stay partial: only their fill moves
         fast = 0
         try:
-            for seq_id in seq_ids:
+            for i, seq_id in enumerate(seq_ids):
                 table = tables.get(seq_id) or self._gpu_table(seq_id)
                 blocks = table.blocks
                 if general or table.tokens_known or (blocks and refs[blocks[-1]] > 1):
-                    done = self.append_slots(seq_id, num_tokens)
+                    ids = None if token_ids is None else token_ids[i]
+                    done = self.append_slots(seq_id, num_tokens, token_ids=ids)
                     if done is None:
                         raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
                     copies.extend(done)

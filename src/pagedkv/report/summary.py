@@ -91,6 +91,14 @@ def summary_table(config: Mapping[str, Any], summary: Mapping[str, Any]) -> Tabl
         row(name.replace("_", " "), _pct(memory[name]))
     row("token utilization", _pct(memory["token_utilization"]))
     row("pool occupancy", _pct(memory["pool_occupancy"]))
+    cache = summary.get("prefix_cache")
+    if cache and cache["query_tokens"]:
+        table.add_section()
+        row(
+            "prefix cache hits (tokens)",
+            f"{cache['hit_tokens']:,} of {cache['query_tokens']:,} ({_pct(cache['hit_rate'])})",
+        )
+        row("prefix cache evictions (blocks)", f"{cache['evictions']:,}")
     return table
 
 

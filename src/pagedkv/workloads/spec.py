@@ -26,6 +26,15 @@ class RequestSpec:
     extra: tuple[tuple[str, str], ...] = ()
     token_ids: tuple[int, ...] | None = None
     """The prompt's token ids, when known (real executor, prefix caching); ``prompt_len`` long."""
+    output_token_ids: tuple[int, ...] | None = None
+    """The ids a simulated model will generate (``output_len`` long), so that with prefix caching
+    a later request (the next chat turn) can hit the blocks of this one's output too."""
+    parent_id: int | None = None
+    """A closed-loop follow-up (a chat turn): the request arrives ``think_time`` seconds after
+    request ``parent_id`` finishes, and ``arrival_time`` is ignored. The parent must come earlier
+    in the workload; if it is rejected, so is this request."""
+    think_time: float = 0.0
+    """Seconds between the parent's finish and this request's arrival (with ``parent_id``)."""
 
     def __post_init__(self) -> None:
         check_int("request_id", self.request_id, 0)
@@ -34,21 +43,37 @@ class RequestSpec:
         if not isinstance(self.arrival_time, (int, float)) or self.arrival_time < 0:
             raise ConfigError("arrival_time", self.arrival_time, "must be a number >= 0")
         _check_extra(self.extra)
-        if self.token_ids is not None and (
-            not isinstance(self.token_ids, tuple)
-            or len(self.token_ids) != self.prompt_len
-            or not all(isinstance(t, int) and t >= 0 for t in self.token_ids)
+        _check_ids("token_ids", self.token_ids, self.prompt_len, "prompt_len")
+        _check_ids("output_token_ids", self.output_token_ids, self.output_len, "output_len")
+        if self.parent_id is not None:
+            check_int("parent_id", self.parent_id, 0)
+            if self.parent_id == self.request_id:
+                raise ConfigError("parent_id", self.parent_id, "must not be the request's own id")
+        if (
+            isinstance(self.think_time, bool)
+            or not isinstance(self.think_time, (int, float))
+            or not self.think_time >= 0
+            or self.think_time == float("inf")
         ):
-            raise ConfigError(
-                "token_ids",
-                self.token_ids,
-                f"must be None or a tuple of prompt_len = {self.prompt_len} ints >= 0",
-            )
+            raise ConfigError("think_time", self.think_time, "must be a finite number >= 0")
 
     @property
     def final_len(self) -> int:
         """prompt_len + output_len: the most tokens the request ever holds."""
         return self.prompt_len + self.output_len
+
+
+def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
+    if ids is None:
+        return
+    if (
+        not isinstance(ids, tuple)
+        or len(ids) != length
+        or not all(type(t) is int and t >= 0 for t in ids)
+    ):
+        raise ConfigError(
+            field, ids, f"must be None or a tuple of {length_field} = {length} ints >= 0"
+        )
 
 
 def _check_extra(extra: object) -> None:
