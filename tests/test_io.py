@@ -25,3 +25,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         atomic_write_text(target, 123)  # type: ignore[arg-type]  # fails mid-write
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.txt"]
+
+
+def test_written_file_has_the_mode_open_would_give(tmp_path: Path) -> None:
+    """Not mkstemp's private 0600: a report or result is meant to be shared."""
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        p = atomic_write_text(tmp_path / "r.txt", "x")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+    finally:
+        os.umask(mask)
+    assert p.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from pagedkv.engine.policies.contiguous import ContiguousSlots, OrcaMax, OrcaOracle, OrcaPow2
+from pagedkv.engine.policies.contiguous import (
+    ContiguousSlots,
+    FirstFitMax,
+    FirstFitOracle,
+    FirstFitPow2,
+    OrcaMax,
+    OrcaOracle,
+    OrcaPow2,
+)
 from pagedkv.engine.policies.greedy import GreedyNoPreemptScheduler
 from pagedkv.engine.policies.reserve import ReserveScheduler
 from pagedkv.engine.policies.static import StaticScheduler
@@ -26,6 +34,9 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
         OrcaMax,
         OrcaPow2,
         OrcaOracle,
+        FirstFitMax,
+        FirstFitPow2,
+        FirstFitOracle,
         ContiguousSlots,
         StaticScheduler,
         GreedyNoPreemptScheduler,

@@ -4,6 +4,8 @@ fixed slots.
 * ``orca-max``, ``orca-pow2``, ``orca-oracle``: each request reserves a region at admission
   (max length, next power of two of its final length, or exactly its final length), placed by
   a buddy allocator, as in the paper's Orca baselines (Kwon et al. 2023, §6.1).
+* ``firstfit-max``, ``firstfit-pow2``, ``firstfit-oracle``: the same reservations placed
+  first-fit in one address space (holes coalesce) instead of by buddy.
 * ``contiguous-slots``: the course lesson's allocator, C // max_model_len fixed slots.
 
 The iteration structure is the vllm policy's (so a comparison isolates the memory manager);
@@ -75,3 +77,21 @@ class ContiguousSlots(ContiguousScheduler):
     name = "contiguous-slots"
     placement = Placement.FIRST_FIT
     reservation = Reservation.SLOTS
+
+
+class FirstFitMax(ContiguousScheduler):
+    name = "firstfit-max"
+    placement = Placement.FIRST_FIT
+    reservation = Reservation.MAX
+
+
+class FirstFitPow2(ContiguousScheduler):
+    name = "firstfit-pow2"
+    placement = Placement.FIRST_FIT
+    reservation = Reservation.POW2
+
+
+class FirstFitOracle(ContiguousScheduler):
+    name = "firstfit-oracle"
+    placement = Placement.FIRST_FIT
+    reservation = Reservation.ORACLE
