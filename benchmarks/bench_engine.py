@@ -18,11 +18,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pagedkv.engine.metrics import summarize
 from pagedkv.io import atomic_write_json
-from pagedkv.simulation import SimulationConfig, simulate
+from pagedkv.simulation import SimulationConfig, build_engine
 
 
 def run(requests: int, rate: float, reference: bool) -> tuple[float, dict[str, Any]]:
+    """Wall seconds and summary of one run; the summary also gets ``scheduler_rounds`` and
+    ``windows`` (the fast-forward's), whose sum is the events the run paid for."""
     config = SimulationConfig.from_flat(
         {
             "model": "OPT-13B",
@@ -37,8 +40,16 @@ def run(requests: int, rate: float, reference: bool) -> tuple[float, dict[str, A
         }
     )
     t0 = time.perf_counter()
-    result = simulate(config)
-    return time.perf_counter() - t0, result.summary
+    engine = build_engine(config)
+    result = engine.run()
+    wall = time.perf_counter() - t0
+    summary = summarize(
+        result.requests, result.totals, result.sim_time, engine.scheduler.kv.capacity
+    )
+    ff = engine.fast_forward
+    summary["windows"] = ff.windows if ff is not None else 0
+    summary["scheduler_rounds"] = summary["iterations"] - (ff.rounds if ff is not None else 0)
+    return wall, summary
 
 
 def main() -> None:
@@ -52,6 +63,9 @@ def main() -> None:
     ref_s, ref = run(args.slice, args.rate, reference=True)
     fast_s, fast = run(args.slice, args.rate, reference=False)
     agree = all(ref[k] == fast[k] for k in ("finished", "iterations", "preemptions"))
+    # Skipping iterations cannot buy more than the iterations per event the run has.
+    events = fast["scheduler_rounds"] + fast["windows"]
+    per_event = fast["iterations"] / events
     big_s, big = run(args.requests, args.rate, reference=False)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -72,7 +86,9 @@ def main() -> None:
         str(fast["iterations"]),
         f"{fast_s:.2f}",
         f"{args.slice / fast_s:,.0f}",
-        f"{ref_s / fast_s:.1f}x the reference; summaries agree: {agree}",
+        f"{ref_s / fast_s:.1f}x the reference; summaries agree: {agree}; "
+        f"{events:,} events ({fast['scheduler_rounds']:,} scheduler rounds + "
+        f"{fast['windows']:,} windows), {per_event:.1f} iterations per event",
     )
     table.add_row(
         "fast-forward",
@@ -93,6 +109,8 @@ def main() -> None:
                     "fast_s": fast_s,
                     "speedup": ref_s / fast_s,
                     "agree": agree,
+                    "events": events,
+                    "iterations_per_event": per_event,
                 },
                 "large": {
                     "requests": args.requests,
