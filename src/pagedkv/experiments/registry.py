@@ -1,0 +1,27 @@
+"""Every experiment by its name (``pagedkv experiment NAME``), in the order reproduce runs them."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from pagedkv.errors import ConfigError
+from pagedkv.experiments import (
+    block_size,
+    fragmentation,
+    lesson,
+    memory_pressure,
+    preemption,
+    rate_latency,
+)
+
+EXPERIMENTS: dict[str, ModuleType] = {
+    m.NAME: m
+    for m in (lesson, fragmentation, block_size, memory_pressure, rate_latency, preemption)
+}
+
+
+def get_experiment(name: str) -> ModuleType:
+    """The experiment module named ``name``, or a ConfigError listing the names."""
+    if name not in EXPERIMENTS:
+        raise ConfigError("experiment", name, "must be one of " + ", ".join(EXPERIMENTS))
+    return EXPERIMENTS[name]

@@ -1,0 +1,36 @@
+"""The fixed parts of the experiments: the paper's first setup and the two workloads.
+
+Defaults (issue 4): OPT-13B on one A100-40GB (the vLLM paper's Table 1 setup, ~15.6K token
+slots), the roofline cost model, block size 16. ShareGPT-like and Alpaca-like lengths follow
+the paper's means (Kwon et al. 2023, §6.1); arrivals are Poisson.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL = "OPT-13B"
+GPU = "A100-40GB"
+WORKLOADS = ("sharegpt-like", "alpaca-like")
+HARDWARE: dict[str, Any] = {
+    "model": MODEL,
+    "gpu": GPU,
+    "cost_model": "roofline",
+    "block_size": 16,
+}
+
+
+def flat(
+    workload: str, num_requests: int, rate: float | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A complete flat config: the hardware defaults, the workload, Poisson arrivals at
+    ``rate`` requests/s (None: all at t = 0), and ``extra`` keys on top."""
+    out: dict[str, Any] = {**HARDWARE, "workload": workload, "num_requests": num_requests}
+    if rate is not None:
+        out["request_rate"] = rate
+    return {**out, **extra}
+
+
+def setup(**extra: Any) -> dict[str, Any]:
+    """The fixed part of an experiment's ``setup`` record."""
+    return {"model": MODEL, "gpu": GPU, "cost_model": "roofline", **extra}

@@ -1,0 +1,184 @@
+"""A capacity plan: candidates (GPU x tensor-parallel degree x block size x scheduler), a
+workload, SLOs and the rate range to search, from YAML or flags.
+
+```yaml
+model: OPT-13B
+workload: sharegpt-like        # any other top-level key: a simulate option for every probe
+num_requests: 200
+gpus: {A100-40GB: 1.50, A100-80GB: 2.00}   # price per GPU-hour
+tensor_parallel_sizes: [1, 2]
+block_sizes: [16]
+schedulers: [vllm]
+slo: {ttft_p99: 2.0, tpot_p99: 0.1}        # seconds; also normalized_latency_p99
+seeds: 3
+rate_low: 0.25
+rate_high: 64
+tolerance: 0.05
+```
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pagedkv.engine.gpus import get_gpu
+from pagedkv.errors import ConfigError
+from pagedkv.simulation import FLAT_KEYS, SimulationConfig
+from pagedkv.sweep.spec import _seeds
+
+SLO_METRICS = ("ttft_p99", "tpot_p99", "normalized_latency_p99")
+VARIED = ("gpu", "tensor_parallel_size", "block_size", "scheduler", "seed", "request_rate")
+LISTS = {
+    "tensor_parallel_sizes": ([1], int),
+    "block_sizes": ([16], int),
+    "schedulers": (["vllm"], str),
+}
+RESERVED = ("gpus", *LISTS, "slo", "seeds", "rate_low", "rate_high", "tolerance")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: str
+    tensor_parallel_size: int
+    block_size: int
+    scheduler: str
+    price_per_gpu_hour: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu} x{self.tensor_parallel_size} bs{self.block_size} {self.scheduler}"
+
+    def options(self, base: Mapping[str, Any], rate: float, seed: int) -> dict[str, Any]:
+        return {
+            **base,
+            "gpu": self.gpu,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "block_size": self.block_size,
+            "scheduler": self.scheduler,
+            "request_rate": rate,
+            "seed": seed,
+        }
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    options: dict[str, Any]
+    gpus: dict[str, float]
+    tensor_parallel_sizes: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+    schedulers: tuple[str, ...]
+    slo: dict[str, float]
+    seeds: tuple[int, ...]
+    rate_low: float = 0.25
+    rate_high: float = 64.0
+    tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        for key, value in self.options.items():
+            if key in VARIED:
+                raise ConfigError(key, value, "is chosen by the planner; list candidates instead")
+            if key not in FLAT_KEYS:
+                raise ConfigError(key, value, "is not an option; see `pagedkv simulate --help`")
+        if not self.gpus:
+            raise ConfigError("gpus", self.gpus, "must map at least one GPU to its price")
+        for name, price in self.gpus.items():
+            get_gpu(name)
+            _positive(f"gpus.{name}", price)
+        if not self.slo:
+            raise ConfigError("slo", self.slo, "must set at least one of " + ", ".join(SLO_METRICS))
+        for metric, limit in self.slo.items():
+            if metric not in SLO_METRICS:
+                raise ConfigError(
+                    f"slo.{metric}", limit, "must be one of " + ", ".join(SLO_METRICS)
+                )
+            _positive(f"slo.{metric}", limit)
+        _positive("rate_low", self.rate_low)
+        _positive("rate_high", self.rate_high)
+        if self.rate_high <= self.rate_low:
+            raise ConfigError("rate_high", self.rate_high, f"must be > rate_low ({self.rate_low})")
+        _positive("tolerance", self.tolerance)
+        # Every candidate's config, built now: a bad value fails before any probe runs.
+        for c in self.candidates():
+            SimulationConfig.from_flat(c.options(self.options, self.rate_low, self.seeds[0]))
+
+    def candidates(self) -> list[Candidate]:
+        return [
+            Candidate(gpu, tp, bs, sched, self.gpus[gpu])
+            for gpu, tp, bs, sched in itertools.product(
+                self.gpus, self.tensor_parallel_sizes, self.block_sizes, self.schedulers
+            )
+        ]
+
+    @classmethod
+    def from_dict(cls, data: object) -> PlanSpec:
+        if not isinstance(data, Mapping):
+            raise ConfigError("plan", data, "must be a mapping of plan keys and simulate options")
+        gpus = data.get("gpus", {})
+        if not isinstance(gpus, Mapping):
+            raise ConfigError("gpus", gpus, "must map GPU names to a price per GPU-hour")
+        slo = data.get("slo", {})
+        if not isinstance(slo, Mapping):
+            raise ConfigError("slo", slo, "must map SLO metrics to limits in seconds")
+        lists = {key: _list(key, data.get(key, d), t) for key, (d, t) in LISTS.items()}
+        rates = {k: data[k] for k in ("rate_low", "rate_high", "tolerance") if k in data}
+        return cls(
+            options={k: v for k, v in data.items() if k not in RESERVED},
+            gpus={str(k): v for k, v in gpus.items()},
+            tensor_parallel_sizes=lists["tensor_parallel_sizes"],
+            block_sizes=lists["block_sizes"],
+            schedulers=lists["schedulers"],
+            slo={str(k): v for k, v in slo.items()},
+            seeds=_seeds(data.get("seeds", 3)),
+            **rates,
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> PlanSpec:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError("plan", str(path), f"must be a readable YAML file ({exc})") from exc
+        if not isinstance(data, dict):
+            raise ConfigError("plan", str(path), "must be a YAML mapping")
+        return cls.from_dict({**data, **(overrides or {})})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.options,
+            "gpus": self.gpus,
+            "tensor_parallel_sizes": list(self.tensor_parallel_sizes),
+            "block_sizes": list(self.block_sizes),
+            "schedulers": list(self.schedulers),
+            "slo": self.slo,
+            "seeds": list(self.seeds),
+            "rate_low": self.rate_low,
+            "rate_high": self.rate_high,
+            "tolerance": self.tolerance,
+        }
+
+
+def _positive(field: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(field, value, "must be a finite number > 0")
+    return float(value)
+
+
+def _list(field: str, value: object, kind: type) -> tuple[Any, ...]:
+    if not isinstance(value, list):
+        value = [value]  # a single value is a list of one
+    if not value or any(isinstance(v, bool) or not isinstance(v, kind) for v in value):
+        raise ConfigError(field, value, f"must be a non-empty list of {kind.__name__} values")
+    return tuple(value)

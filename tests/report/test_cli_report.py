@@ -1,0 +1,49 @@
+"""``pagedkv report [DIR]``: prints the page's path; exit 2 with a clear message on no results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pagedkv.cli import main
+from tests.report.fixtures import make_results, parse
+
+
+def test_report_prints_the_page_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = make_results(tmp_path / "results")
+    assert main(["report", str(results)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert Path(printed) == results / "report.html"
+    assert Path(printed).is_file()
+    out = tmp_path / "elsewhere.html"
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    assert out.read_bytes() == (results / "report.html").read_bytes()
+
+
+def test_report_defaults_to_results_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_results(tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 0
+    assert capsys.readouterr().out.strip() == str(Path("results") / "report.html")
+
+
+@pytest.mark.parametrize("make", [False, True])
+def test_no_results_is_exit_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: bool
+) -> None:
+    target = tmp_path / "empty"
+    if make:
+        target.mkdir()
+    assert main(["report", str(target)]) == 2
+    assert "no results in" in capsys.readouterr().err
+    assert not (target / "report.html").exists()
+
+
+def test_block_map_flag_draws_it_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "r"), "--block-map", "--quick"]) == 0
+    page = parse(Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8"))
+    assert "exp-block-map" in page.ids
+    assert len(page.images) == 1

@@ -1,0 +1,30 @@
+"""A PagedKVCache that checks the engine's write guarantee: no block is written while its
+reference count is above 1 (a shared block is copied first, copy-on-write), and every written
+block is held by some sequence (reference count exactly 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pagedkv.memory.manager import KVCacheManager
+from pagedkv.tensors.kv_cache import PagedKVCache
+
+
+class CheckedCache(PagedKVCache):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kv: KVCacheManager | None = None  # set once the allocator exists
+        self.blocks_written = 0
+
+    def write(
+        self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        if self.kv is not None:
+            blocks = sorted({int(s) // self.block_size for s in slot_mapping.tolist()})
+            refs = {b: self.kv.gpu.ref_counts[b] for b in blocks}
+            bad = {b: r for b, r in refs.items() if r != 1}
+            assert not bad, f"layer {layer}: writing blocks with reference counts {bad}"
+            self.blocks_written += len(blocks)
+        super().write(layer, slot_mapping, k, v)
