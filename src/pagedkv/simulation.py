@@ -257,6 +257,20 @@ def prefix_cache_summary(kv: KVAllocator) -> dict[str, float]:
     }
 
 
+def sharing_summary(
+    saved_integral: float, busy: float, summary: Mapping[str, Any], block_size: int
+) -> dict[str, float]:
+    """What block sharing (forks, parallel samples, prefix hits) saves, time-averaged over
+    busy time: saved_blocks = mean of (block references - blocks in use); saved_fraction =
+    saved / (saved + allocated), the vLLM paper's "memory saving" (blocks saved by sharing /
+    blocks needed without it)."""
+    saved = saved_integral / busy if busy else 0.0
+    capacity = summary["num_gpu_blocks"] * block_size
+    allocated = summary["memory"]["pool_occupancy"] * capacity / block_size  # mean blocks
+    need = saved + allocated
+    return {"saved_blocks": saved, "saved_fraction": saved / need if need else 0.0}
+
+
 def simulate(
     config: SimulationConfig,
     *,
@@ -272,6 +286,9 @@ def simulate(
     summary["stuck_requests"] = run.stuck
     summary["num_gpu_blocks"] = engine.scheduler.kv.capacity // config.hardware.block_size
     summary["prefix_cache"] = prefix_cache_summary(engine.scheduler.kv)
+    summary["sharing"] = sharing_summary(
+        run.totals.weighted_saved_blocks, run.totals.busy_time, summary, config.hardware.block_size
+    )
     return SimulationResult(
         config=config.to_flat(),
         summary=summary,

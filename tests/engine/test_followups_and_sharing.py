@@ -177,6 +177,7 @@ def sharing_workloads(draw: st.DrawFn) -> list[RequestSpec]:
                 output_token_ids=ids(2_000_000 * (i + 1), output),
                 parent_id=parent,
                 think_time=draw(st.sampled_from([0.0, 0.2])),
+                n=draw(st.sampled_from([1, 1, 2, 4])),
             )
         )
     return out
@@ -185,9 +186,9 @@ def sharing_workloads(draw: st.DrawFn) -> list[RequestSpec]:
 @settings(max_examples=60, deadline=None)
 @given(
     workload=sharing_workloads(),
-    scheduler=st.sampled_from(["vllm", "reserve", "orca-oracle"]),
+    scheduler=st.sampled_from(["vllm", "reserve", "orca-oracle", "static", "greedy-nopreempt"]),
     block_size=st.sampled_from([1, 16, 7]),
-    blocks_tokens=st.integers(300, 1500),
+    blocks_tokens=st.integers(450, 2000),
     mode=st.sampled_from(["recompute", "swap"]),
     caching=st.booleans(),
 )

@@ -32,8 +32,11 @@ class Executor(Protocol):
 
 
 def batch_shape(batch: SchedulerOutput) -> BatchShape:
-    """The cost model's view of a batch: new and cached tokens per scheduled sequence."""
-    return BatchShape.from_chunks((c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks)
+    """The cost model's view of a batch: new and cached tokens per scheduled sequence (a
+    forked group's chunk stands for each of its sequences)."""
+    return BatchShape.from_chunks(
+        (c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks for _ in c.request.seq_ids
+    )
 
 
 class SimExecutor:

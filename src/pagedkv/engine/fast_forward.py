@@ -78,18 +78,23 @@ class FastForward:
         kv = sched.kv
         assert self.cost is not None
         queued = sched.has_queued()
-        n = len(running)
-        seq_ids = [r.seq_ids[0] for r in running]
+        # One member per sequence: a forked group (parallel sampling) decodes n of them.
+        members = running
+        if any(r.n > 1 for r in running):
+            members = [r for r in running for _ in r.seq_ids]
+            seq_ids = [s for r in running for s in r.seq_ids]
+        else:
+            seq_ids = [r.seq_ids[0] for r in running]
+        n = len(members)
         rooms = kv.rooms(seq_ids)
         # One pass for the first finish (inclusive) and the decode batch's shape: n decodes,
         # each after its computed tokens (BatchShape.from_chunks of (1, c) per request).
         k = running[0].output_len - running[0].num_output_tokens
-        context = 0
         for r in running:
             left = r.output_len - r.num_output_tokens
             if left < k:
                 k = left
-            context += r.num_computed_tokens
+        context = sum(r.num_computed_tokens for r in members)
         base = BatchShape(n, n, context + n, context + n)
         stop: str | None = None
         curve = self.cost.curve(base, BatchShape.decode_growth(n))
@@ -106,7 +111,7 @@ class FastForward:
             if least < k:
                 k, stop = least, "room"
         else:
-            for r, room in zip(running, rooms, strict=True):
+            for r, room in zip(members, rooms, strict=True):
                 if room >= k:
                     continue  # no new block within the window
                 computed = r.num_computed_tokens
@@ -168,7 +173,8 @@ class FastForward:
         kv = sched.kv
         assert self.cost is not None
         u = kv.usage(waiting_for_memory=waiting)
-        n = len(sched.running)
+        saved = getattr(kv, "blocks_saved_by_sharing", 0)  # new blocks are private: constant
+        n = len(seq_ids)  # each sequence gains one token state a round
         total, moment = curve.sums(k)  # sum d_j, sum j*d_j, j = 0..k-1
         # Integrals of the categories over the window, each weighted by round duration.
         tokens = (u.token_states + n) * total + n * moment
@@ -189,7 +195,12 @@ class FastForward:
         }
         # Apply: slots, counters, clock, totals.
         running = sched.running
-        kv.append_slots_all(seq_ids, k, new_token_ids(running, k))
+        ids = new_token_ids(running, k)
+        if ids is not None and len(seq_ids) != len(running):  # a group's samples: ids unknown
+            ids = [
+                None if r.n > 1 else i for r, i in zip(running, ids, strict=True) for _ in r.seq_ids
+            ]
+        kv.append_slots_all(seq_ids, k, ids)
         finished = []
         for r in running:
             r.num_computed_tokens += k
@@ -200,10 +211,11 @@ class FastForward:
         t = eng.totals
         t.iterations += k
         t.busy_time += total
-        t.sum_running += n * k
-        t.sum_batched_seqs += n * k
+        t.sum_running += len(running) * k
+        t.sum_batched_seqs += len(running) * k
         for name in CATEGORIES:
             t.weighted[name] += integrals[name]
+        t.weighted_saved_blocks += saved * total
         self.windows += 1
         self.rounds += k
         eng.finish(finished)

@@ -63,6 +63,7 @@ class StepTotals:
     swap_outs: int = 0
     swapped_blocks: int = 0
     weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    weighted_saved_blocks: float = 0.0  # time integral of blocks_saved_by_sharing
 
     def add(
         self,

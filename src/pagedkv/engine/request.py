@@ -56,6 +56,7 @@ class Request:
     planned_output_ids: tuple[int, ...] | None = None  # what a simulated model will generate
     parent_id: int | None = None  # a closed-loop follow-up of this request (a chat turn)
     think_time: float = 0.0
+    n: int = 1  # parallel samples: sequences in the group once it forks after the prefill
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
@@ -68,6 +69,7 @@ class Request:
             planned_output_ids=spec.output_token_ids,
             parent_id=spec.parent_id,
             think_time=float(spec.think_time),
+            n=spec.n,
         )
 
     def __post_init__(self) -> None:

@@ -61,6 +61,7 @@ class Scheduler(abc.ABC):
 
     name: ClassVar[str]
     preempts: ClassVar[bool] = False
+    supports_groups: ClassVar[bool] = True  # parallel sampling (a request of n > 1 sequences)
 
     @classmethod
     @abc.abstractmethod
@@ -83,6 +84,10 @@ class Scheduler(abc.ABC):
                 req,
                 f"prompt + output = {req.final_len} > max_model_len {self.config.max_model_len}",
             )
+        if req.n > 1 and not self.supports_groups:
+            return self._reject(
+                req, f"{req.n} parallel samples: the {self.name} policy runs one sequence each"
+            )
         status = self.kv.can_allocate(
             req.seq_id, req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
         )
@@ -97,7 +102,7 @@ class Scheduler(abc.ABC):
 
     def finish(self, req: Request) -> list[Request]:
         """``req`` sampled its last token; returns the requests that complete now."""
-        self.kv.free(req.seq_id)
+        self._free_group(req)
         self.running.remove(req)
         req.status = RequestStatus.FINISHED
         return [req]
@@ -164,8 +169,14 @@ class Scheduler(abc.ABC):
         )
         return status is AllocStatus.OK
 
+    def _free_group(self, req: Request) -> None:
+        for seq_id in req.seq_ids:
+            self.kv.free(seq_id)
+
     def _append(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Slots for ``n`` more tokens of a running request; preempt (policy) if none."""
+        if req.n > 1:
+            return self._append_group(req, n, out)
         start = req.num_computed_tokens
         ids = req.token_slice(start, start + n)  # None unless the ids are known
         while True:
@@ -176,6 +187,37 @@ class Scheduler(abc.ABC):
             if not self.preempts:
                 return False  # no room and no preemption: the request stalls this iteration
             victim = self.running[-1]  # the most recently arrived (vLLM's victim choice)
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+
+    def _append_group(self, req: Request, n: int, out: SchedulerOutput) -> bool:
+        """Parallel sampling: after its prefill the group forks (every child shares the
+        prompt's blocks; paged memory copies nothing, contiguous memory copies the prompt into
+        a region of the child's own), then every sequence gets its slots, all or none: a group
+        is preempted as a whole, never half written.
+
+            seq 0:  | prompt (shared) | out 0 ...
+            seq j:  | prompt (shared) | out j ...   (copy-on-write of the shared last block)
+        """
+        kv = self.kv
+        while True:
+            if req.num_output_tokens and len(req.seq_ids) < req.n:  # the prefill is done
+                child = (req.request_id, len(req.seq_ids))
+                copies = kv.fork(req.seq_ids[0], child, final_len=req.max_kv_tokens)
+                if copies is not None:
+                    out.copies.extend(copies)
+                    req.seq_ids.append(child)
+                    continue
+            elif kv.can_append_all(req.seq_ids, n):
+                for seq_id in req.seq_ids:
+                    copies = kv.append_slots(seq_id, n)
+                    assert copies is not None, "can_append_all promised the room"
+                    out.copies.extend(copies)
+                return True
+            if not self.preempts:
+                return False  # no room: the group stalls this iteration
+            victim = self.running[-1]
             self._preempt(victim, out)
             if victim is req:
                 return False
@@ -222,8 +264,8 @@ class Scheduler(abc.ABC):
         if not running:
             return None
         for r in running:
-            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1:
-                return None  # a prefill (chunk or recompute) among them
+            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1 or r.n > 1:
+                return None  # a prefill (chunk or recompute) or a group among them
         seq_ids = [r.seq_ids[0] for r in running]
         short = self.kv.rooms(seq_ids).count(0)  # each needs one block (new, or a copy)
         if short:

@@ -36,6 +36,7 @@ class BlockPool:
         self._cache: dict[BlockHash, int] = {}
         self._num_cached_free = 0
         self.num_evictions = 0
+        self.num_refs = 0  # the sum of ref_counts: references from tables (and pins)
 
     @property
     def num_free(self) -> int:
@@ -68,6 +69,7 @@ class BlockPool:
             self._num_cached_free -= 1
             self.num_evictions += 1
         self.ref_counts[block] = 1
+        self.num_refs += 1
         return block
 
     def incref(self, block: int) -> None:
@@ -77,6 +79,7 @@ class BlockPool:
             if self.block_hash[block] is not None:
                 self._num_cached_free -= 1
         self.ref_counts[block] += 1
+        self.num_refs += 1
 
     def decref(self, block: int) -> bool:
         """One reference fewer; returns True when the block became free."""
@@ -84,6 +87,7 @@ class BlockPool:
         if ref <= 0:
             raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
         self.ref_counts[block] = ref - 1
+        self.num_refs -= 1
         if ref > 1:
             return False
         self._free[block] = None
@@ -120,6 +124,8 @@ class BlockPool:
                 f"have {[self.ref_counts[b] for b in bad[:10]]}, "
                 f"tables say {[expected_refs[b] for b in bad[:10]]}"
             )
+        if self.num_refs != sum(self.ref_counts):
+            raise IntegrityError(f"reference total {self.num_refs} != {sum(self.ref_counts)}")
         free = {b for b, r in enumerate(self.ref_counts) if r == 0}
         if set(self._free) != free or len(self._free) != len(free):
             raise IntegrityError("free queue differs from the blocks with reference count 0")

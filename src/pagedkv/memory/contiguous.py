@@ -188,6 +188,10 @@ class ContiguousAllocator:
         self._place(seq_id, reserved, num_tokens, final, num_tokens)
         return 0
 
+    def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
+        """Does every region have room for ``num_tokens`` more?"""
+        return all(self.room(s) >= num_tokens for s in seq_ids)
+
     def append_slots_all(
         self,
         seq_ids: Sequence[SeqId],

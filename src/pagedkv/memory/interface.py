@@ -106,6 +106,10 @@ class KVAllocator(Protocol):
         """``room`` of each sequence, in one call."""
         ...
 
+    def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
+        """Would ``append_slots(s, num_tokens)`` succeed for each sequence, in order?"""
+        ...
+
     def append_slots_all(
         self,
         seq_ids: Sequence[SeqId],

@@ -140,6 +140,13 @@ class KVCacheManager(SwapMixin):
                 out.append(len(blocks) * bs - table.num_tokens)
         return out
 
+    @property
+    def blocks_saved_by_sharing(self) -> int:
+        """GPU blocks that sharing saves now: block references from sequences (what each
+        would hold alone) minus blocks in use. Forks, parallel samples and prefix hits all
+        count; 0 when nothing is shared."""
+        return self.gpu.num_refs - self.gpu.num_used
+
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
         return cdiv(num_tokens, self.block_size)
@@ -306,6 +313,26 @@ class KVCacheManager(SwapMixin):
         self._register_keys(table)
         self._tails.track(seq_id, table)
         return copies
+
+    def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
+        """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
+        sharing a partial last block each copy it but the last, who finds it its own."""
+        bs = self.block_size
+        refs = self.gpu.ref_counts
+        left: dict[int, int] = {}  # shared last block -> references not yet copied away
+        needed = 0
+        for seq_id in seq_ids:
+            table = self._gpu_table(seq_id)
+            blocks = table.blocks
+            t = table.num_tokens
+            needed += cdiv(t + num_tokens, bs) - len(blocks)
+            if num_tokens and t % bs and blocks:
+                last = blocks[-1]
+                r = left.get(last, refs[last])
+                if r > 1:
+                    needed += 1
+                    left[last] = r - 1
+        return needed <= self.gpu.num_free
 
     def append_slots_all(
         self,

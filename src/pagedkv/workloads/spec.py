@@ -35,6 +35,9 @@ class RequestSpec:
     in the workload; if it is rejected, so is this request."""
     think_time: float = 0.0
     """Seconds between the parent's finish and this request's arrival (with ``parent_id``)."""
+    n: int = 1
+    """Parallel samples: n sequences share the prompt's K/V and fork after the prefill, each
+    generating ``output_len`` tokens (they advance in lockstep)."""
 
     def __post_init__(self) -> None:
         check_int("request_id", self.request_id, 0)
@@ -43,6 +46,7 @@ class RequestSpec:
         if not isinstance(self.arrival_time, (int, float)) or self.arrival_time < 0:
             raise ConfigError("arrival_time", self.arrival_time, "must be a number >= 0")
         _check_extra(self.extra)
+        check_int("n", self.n, 1)
         _check_ids("token_ids", self.token_ids, self.prompt_len, "prompt_len")
         _check_ids("output_token_ids", self.output_token_ids, self.output_len, "output_len")
         if self.parent_id is not None:

@@ -28,6 +28,9 @@ class ContiguousScheduler(Scheduler):
 
     placement: ClassVar[Placement]
     reservation: ClassVar[Reservation]
+    # A group would need n regions at once; placing them one fork at a time can leave every
+    # running group half forked and stuck, so groups are refused (they run as n requests).
+    supports_groups = False
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:

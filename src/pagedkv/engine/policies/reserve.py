@@ -17,7 +17,15 @@ class ReserveScheduler(VllmScheduler):
 
     def _can_admit(self, req: Request, num_tokens: int) -> bool:
         kv = self.paged
-        owed = sum(
-            kv.blocks_for(r.max_kv_tokens) - len(kv.block_ids(r.seq_id)) for r in self.running
-        )
-        return kv.num_free_blocks - owed >= kv.blocks_for(req.max_kv_tokens)
+        owed = sum(self._owed(r) for r in self.running)
+        return kv.num_free_blocks - owed >= self._owed(req)
+
+    def _owed(self, r: Request) -> int:
+        """Blocks the request may still take: each sequence's full length less what it holds;
+        a sample not forked yet will share the prompt's full blocks (and copy the last
+        partial one, which its own count of blocks already includes)."""
+        kv = self.paged
+        full = kv.blocks_for(r.max_kv_tokens)
+        held = [len(kv.block_ids(s)) for s in r.seq_ids] if kv.has_seq(r.seq_id) else [0]
+        unforked = r.n - len(r.seq_ids)
+        return sum(full - h for h in held) + unforked * (full - r.prompt_len // kv.block_size)

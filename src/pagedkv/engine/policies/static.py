@@ -45,7 +45,7 @@ class StaticScheduler(ContiguousScheduler):
             return []
         released, self.done = self.done, []
         for r in released:
-            self.kv.free(r.seq_id)
+            self._free_group(r)
             r.status = RequestStatus.FINISHED
         self.forming = True
         return released

@@ -65,9 +65,9 @@ class VllmScheduler(Scheduler):
         used = 0
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
-            if self.paged.can_swap_in([req.seq_id]) is not AllocStatus.OK:
+            if self.paged.can_swap_in(req.seq_ids) is not AllocStatus.OK:
                 break
-            mappings = self.paged.swap_in([req.seq_id])
+            mappings = self.paged.swap_in(req.seq_ids)
             if mappings is None:
                 break
             self.swapped.popleft()
@@ -90,8 +90,10 @@ class VllmScheduler(Scheduler):
         out.preempted.append(victim)
         victim.num_preemptions += 1
         mode = self.config.preemption_mode
-        if mode is PreemptionMode.SWAP:
-            mappings = self.paged.swap_out([victim.seq_id])
+        # A forked group swaps whatever the mode (vLLM v0's rule): recomputing its samples
+        # would need each one's own tokens again. Without CPU room it restarts (below).
+        if mode is PreemptionMode.SWAP or len(victim.seq_ids) > 1:
+            mappings = self.paged.swap_out(victim.seq_ids)
             if mappings is not None:
                 out.swap_out.extend(mappings)
                 victim.status = RequestStatus.SWAPPED
@@ -99,8 +101,12 @@ class VllmScheduler(Scheduler):
                 self.swapped.appendleft(victim)  # victims go latest-first: order holds
                 return
             self.num_swap_fallbacks += 1
-        self.kv.free(victim.seq_id)
+        self._free_group(victim)
         victim.num_recomputed_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
+        if len(victim.seq_ids) > 1:  # a forked group restarts its samples from the prompt
+            del victim.seq_ids[1:]
+            victim.num_output_tokens = 0
+            victim.output_token_ids.clear()
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
