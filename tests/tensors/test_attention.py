@@ -1,4 +1,5 @@
-"""Paged attention (reference loop and fast path) equals dense SDPA on the same K/V."""
+"""Paged attention (reference loop, torch gather path, the dispatching ``paged_attention``)
+equals dense SDPA on the same K/V. The compiled decode kernel: ``test_attention_fast.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedkv.tensors.attention import paged_attention, paged_attention_reference
+from pagedkv.tensors.attention import (
+    paged_attention,
+    paged_attention_gather,
+    paged_attention_reference,
+)
 from pagedkv.tensors.kv_cache import PagedKVCache, slot_mapping
 
 SETTINGS = settings(max_examples=50, deadline=None)
@@ -24,7 +29,11 @@ TOLERANCE = {  # (atol, rtol) against dense SDPA
     torch.bfloat16: (1e-2, 1e-2),
 }
 Attention = Callable[..., torch.Tensor]
-IMPLEMENTATIONS: list[Attention] = [paged_attention_reference, paged_attention]
+IMPLEMENTATIONS: list[Attention] = [
+    paged_attention_reference,
+    paged_attention_gather,
+    paged_attention,
+]
 
 
 @dataclass
@@ -47,13 +56,19 @@ class Batch:
 
 @st.composite
 def batches(
-    draw: st.DrawFn, dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    draw: st.DrawFn,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64),
+    kinds: tuple[str, ...] = ("decode", "prefill", "chunked"),
+    block_sizes: tuple[int, ...] = (1, 16, 7),
+    head_dims: tuple[int, ...] = (8, 16),
+    max_group: int = 3,
+    max_context: int = 48,
 ) -> Batch:
-    block_size = draw(st.sampled_from([1, 16, 7]))
+    block_size = draw(st.sampled_from(block_sizes))
     context_lens, query_lens = [], []
     for _ in range(draw(st.integers(1, 4))):
-        ctx = draw(st.integers(1, 48))
-        kind = draw(st.sampled_from(["decode", "prefill", "chunked"]))
+        ctx = draw(st.integers(1, max_context))
+        kind = draw(st.sampled_from(kinds))
         if kind == "decode":
             qlen = 1
         elif kind == "prefill":
@@ -72,8 +87,8 @@ def batches(
     return Batch(
         block_size=block_size,
         num_kv_heads=draw(st.integers(1, 2)),
-        group=draw(st.integers(1, 3)),
-        head_dim=draw(st.sampled_from([8, 16])),
+        group=draw(st.integers(1, max_group)),
+        head_dim=draw(st.sampled_from(head_dims)),
         dtype=draw(st.sampled_from(dtypes)),
         context_lens=context_lens,
         query_lens=query_lens,
@@ -144,7 +159,7 @@ def test_paged_attention_bfloat16(impl: Attention, b: Batch) -> None:
     torch.testing.assert_close(run(impl, b, q, cache), expected, atol=atol, rtol=rtol)
 
 
-def test_fast_path_takes_tensors_and_padded_block_tables() -> None:
+def test_every_path_takes_tensors_and_padded_block_tables() -> None:
     b = Batch(7, 2, 2, 8, torch.float64, [9, 20, 3], [9, 1, 2], [[4, 0], [1, 5, 2], [3]], 6, 11)
     q, cache, expected = setup(b)
     padded = torch.tensor([[4, 0, -1], [1, 5, 2], [3, -1, -1]])  # -1: never read

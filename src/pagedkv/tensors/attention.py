@@ -18,21 +18,26 @@ head ``h`` reads kv head ``h // (H // KVH)``)::
     context_lens, query_lens   one int per sequence (lists or 1-D tensors)
     returns           [T, H, head_dim]
 
-Two implementations, same signature and same result:
+Three implementations, same signature and same result:
 
 * ``paged_attention_reference``: a plain loop over sequences, in float32 (float64 for float64
   inputs) with an explicit softmax. Slow, obviously right.
-* ``paged_attention``: vectorised: one ``index_select`` of every needed block into a padded
-  ``[batch, max_blocks * block_size, KVH, head_dim]`` tensor, one boolean mask (causality and
-  padding), GQA by folding each kv head's group of query heads into the query axis (K/V are never
-  repeated), and one ``scaled_dot_product_attention`` call in the input dtype.
+* ``paged_attention_gather``: plain torch, vectorised: one ``index_select`` of every needed block
+  into a padded ``[batch, max_blocks * block_size, KVH, head_dim]`` tensor, one boolean mask
+  (causality and padding), GQA by folding each kv head's group of query heads into the query
+  axis (K/V are never repeated), and one ``scaled_dot_product_attention`` call in the input
+  dtype. Any device, any dtype, any mix of prefill and decode; but it copies K/V on every call.
+* ``paged_attention``: what callers use. A decode batch (every ``query_len == 1``) on the CPU in
+  float32 or bfloat16 goes to the compiled kernel of ``fast_attention`` (reads K/V in place, one
+  pass, online softmax, float32 accumulation); everything else, or a machine where the kernel
+  cannot be built, goes to ``paged_attention_gather``.
 
 Tolerance (tested with Hypothesis against dense ``scaled_dot_product_attention`` on the same K/V,
 contiguous, causal with the offset ``context_len - query_len``, random inputs in [-1, 1)):
 float32 ``atol = rtol = 1e-5``; float64 ``1e-10``; bfloat16 ``atol = rtol = 1e-2`` (bfloat16
 keeps 8 significant bits: 1e-2 is about 2.5 ulps at 0.5..1; the kernels round in different
 places). Observed worst cases over 300 random batches: float32 2e-7, float64 4e-16, bfloat16
-3.9e-3 (one ulp).
+3.9e-3 (one ulp). The fast path is held to the same tolerances.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from typing import NamedTuple, TypeAlias
 
 import torch
 import torch.nn.functional as F
+
+from pagedkv.tensors import fast_attention
 
 BlockTables: TypeAlias = Sequence[Sequence[int]] | torch.Tensor
 Lengths: TypeAlias = Sequence[int] | torch.Tensor
@@ -185,14 +192,43 @@ def paged_attention(
     query_lens: Lengths,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Paged attention, vectorised over the batch (see the module docstring for the shapes and
-    the tolerance against the reference).
+    """Paged attention, the fast path where it applies (see the module docstring for the shapes
+    and the tolerance against the reference).
+
+    A decode batch (every ``query_len == 1``) on the CPU in float32 or bfloat16 runs the compiled
+    kernel of ``fast_attention`` (no K/V copy); anything else runs ``paged_attention_gather``.
+    """
+    batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
+    if fast_attention.applies(q, cache_k, cache_v, batch.query_lens):
+        return fast_attention.decode_attention(
+            q, cache_k, cache_v, batch.tables, batch.context_lens, batch.scale
+        )
+    return _gather_attention(q, cache_k, cache_v, batch)
+
+
+def paged_attention_gather(
+    q: torch.Tensor,
+    cache_k: torch.Tensor,
+    cache_v: torch.Tensor,
+    block_tables: BlockTables,
+    context_lens: Lengths,
+    query_lens: Lengths,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Paged attention in plain torch, vectorised over the batch (gather, then SDPA): the
+    fallback of ``paged_attention``, for every device, dtype and batch.
 
     Pads every sequence to the batch's longest context (in whole blocks) and longest query, so a
     batch mixing one long prefill with many decodes computes ``batch * max_query_len`` query rows;
     the scheduler's token budget bounds that.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
+    return _gather_attention(q, cache_k, cache_v, batch)
+
+
+def _gather_attention(
+    q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, batch: _Batch
+) -> torch.Tensor:
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = cache_k.shape
     if num_tokens == 0:
