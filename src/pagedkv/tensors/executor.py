@@ -36,7 +36,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.scheduler import ScheduledChunk, SchedulerOutput
-from pagedkv.errors import ConfigError
+from pagedkv.errors import ConfigError, UnsupportedOperationError
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import BlockCopy, KVAllocator, SeqId, SlotCopy
@@ -142,6 +142,11 @@ class TorchExecutor:
         logit_rows: list[int] = []
         samplers: list[object] = []
         for req, n, cached in chunks:
+            if req.n > 1:
+                raise UnsupportedOperationError(
+                    f"request {req.request_id} asks for {req.n} parallel samples: the real "
+                    "executor runs one sequence per request (fork at the model level for now)"
+                )
             if req.token_ids is None:
                 raise ConfigError(
                     "token_ids", None, f"request {req.request_id} needs token ids to run for real"
