@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pagedkv.io import atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 
 def test_write_then_read_back(tmp_path: Path) -> None:
@@ -22,7 +22,9 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
     atomic_write_text(target, "old")
 
     with pytest.raises(TypeError):
-        atomic_write_text(target, 123)  # type: ignore[arg-type]  # fails mid-write
+        atomic_write_bytes(target, 123)  # type: ignore[arg-type]  # fails mid-write
+    with pytest.raises(TypeError):
+        atomic_write_text(target, 123)  # type: ignore[arg-type]
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.txt"]
 

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         # mkstemp makes the file private (0600); give it the mode a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
@@ -24,6 +24,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """``atomic_write_bytes`` of ``text`` in UTF-8."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:

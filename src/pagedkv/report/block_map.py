@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import Executor, StepResult
 from pagedkv.engine.metrics import summarize
 from pagedkv.engine.scheduler import SchedulerOutput
-from pagedkv.io import atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.manager import KVCacheManager
 
@@ -223,20 +221,6 @@ def draw(
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """``pagedkv.io.atomic_write_text`` for bytes: a temporary file, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
 
 
 def _findings(rows: list[dict[str, Any]]) -> list[str]:

@@ -8,13 +8,12 @@ matplotlib is imported only when a figure is made (``pagedkv[plot]``).
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import PagedKVError
+from pagedkv.io import atomic_write_bytes
 
 DPI = 110
 
@@ -111,16 +110,7 @@ def save_png(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     plt.close(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def summary_lines(

@@ -9,10 +9,10 @@ from typing import Any
 
 from rich.table import Table
 
-from pagedkv.io import atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from pagedkv.sweep.plan import CandidateResult
 from pagedkv.sweep.plan_spec import PlanSpec
-from pagedkv.sweep.table import atomic_write_bytes, columns_of, to_csv
+from pagedkv.sweep.table import columns_of, to_csv
 
 
 def plan_table(results: Sequence[CandidateResult], spec: PlanSpec) -> Table:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pagedkv.io import atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_text
 
 
 def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,16 +87,3 @@ def _arrow_column(pa: Any, values: list[Any]) -> Any:
     if kinds and kinds <= {int, float}:
         return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
     return pa.array([None if v is None else str(v) for v in values], type=pa.string())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
