@@ -80,7 +80,7 @@ class FastForward:
         queued = sched.has_queued()
         # One member per sequence: a forked group (parallel sampling) decodes n of them.
         members = running
-        if any(r.n > 1 for r in running):
+        if sched.has_groups and any(r.n > 1 for r in running):
             members = [r for r in running for _ in r.seq_ids]
             seq_ids = [s for r in running for s in r.seq_ids]
         else:
@@ -195,7 +195,7 @@ class FastForward:
         }
         # Apply: slots, counters, clock, totals.
         running = sched.running
-        ids = new_token_ids(running, k)
+        ids = new_token_ids(running, k) if sched.has_token_ids else None
         if ids is not None and len(seq_ids) != len(running):  # a group's samples: ids unknown
             ids = [
                 None if r.n > 1 else i for r, i in zip(running, ids, strict=True) for _ in r.seq_ids

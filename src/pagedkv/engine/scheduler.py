@@ -75,6 +75,9 @@ class Scheduler(abc.ABC):
         self.running: list[Request] = []  # kept in arrival order
         self.swapped: deque[Request] = deque()
         self.num_swap_fallbacks = 0  # swap wanted, CPU pool full: recomputed instead
+        # Seen any request with token ids / parallel samples? (the hot paths skip both checks)
+        self.has_token_ids = False
+        self.has_groups = False
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -84,6 +87,8 @@ class Scheduler(abc.ABC):
                 req,
                 f"prompt + output = {req.final_len} > max_model_len {self.config.max_model_len}",
             )
+        self.has_token_ids |= req.token_ids is not None
+        self.has_groups |= req.n > 1
         if req.n > 1 and not self.supports_groups:
             return self._reject(
                 req, f"{req.n} parallel samples: the {self.name} policy runs one sequence each"
@@ -263,16 +268,19 @@ class Scheduler(abc.ABC):
         running = self.running
         if not running:
             return None
+        if self.has_groups and any(r.n > 1 for r in running):
+            return None  # a group among them: each forks and appends all or nothing
         for r in running:
-            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1 or r.n > 1:
-                return None  # a prefill (chunk or recompute) or a group among them
+            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1:
+                return None  # a prefill (chunk or recompute) among them
         seq_ids = [r.seq_ids[0] for r in running]
         short = self.kv.rooms(seq_ids).count(0)  # each needs one block (new, or a copy)
         if short:
             free = getattr(self.kv, "num_free_blocks", None)
             if self.kv.growth_block_size is None or free is None or short > free:
                 return None
-        out.copies.extend(self.kv.append_slots_all(seq_ids, 1, new_token_ids(running, 1)))
+        ids = new_token_ids(running, 1) if self.has_token_ids else None
+        out.copies.extend(self.kv.append_slots_all(seq_ids, 1, ids))
         out.chunks.extend([ScheduledChunk(r, 1, r.num_computed_tokens) for r in running])
         return len(running)
 
