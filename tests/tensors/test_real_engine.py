@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 import torch
 
-from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.engine import EngineRun
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.tensors.executor import TorchExecutor, build_real_engine
@@ -118,3 +118,56 @@ def test_weights_from_a_state_dict_and_config_json(arch: str) -> None:
     for mine, theirs in zip(loaded.layers, reference.layers, strict=True):
         assert mine.keys() == theirs.keys()
         assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "num_blocks", "mode"), [(16, 64, "recompute"), (5, 64, "swap"), (4, 20, "swap")]
+)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parallel_samples_fork_through_the_engine(
+    arch: str, block_size: int, num_blocks: int, mode: str
+) -> None:
+    """Requests of n = 3 greedy samples: each forks after its prefill (the prompt's blocks
+    shared, the partial last block copied on write) and every sample equals HF's greedy
+    output; with 20 blocks of 4 the groups are also swapped out and back whole."""
+    from dataclasses import replace
+
+    from pagedkv.engine.executor import StepResult
+    from pagedkv.engine.scheduler import SchedulerOutput
+
+    workload = [replace(s, n=3) for s in specs(prompts())]
+    engine = build_real_engine(
+        decoder(arch),
+        workload,
+        num_gpu_blocks=num_blocks,
+        block_size=block_size,
+        num_cpu_blocks=64,
+        scheduler=SchedulerConfig(max_model_len=MAX_POSITION, preemption_mode=PreemptionMode(mode)),
+        check_integrity=True,
+        cache_factory=CheckedCache,
+    )
+    executor = engine.executor
+    assert isinstance(executor, TorchExecutor)
+    assert isinstance(executor.cache, CheckedCache)
+    assert isinstance(engine.scheduler.kv, KVCacheManager)
+    executor.cache.kv = engine.scheduler.kv  # no write into a block others still share
+    copies = 0
+    execute = executor.execute
+
+    def counting(batch: SchedulerOutput) -> StepResult:
+        nonlocal copies
+        copies += len(batch.copies)
+        return execute(batch)
+
+    executor.execute = counting  # type: ignore[method-assign]
+    run = engine.run()
+    assert not run.deadlocked
+    ps = prompts()
+    for req in run.requests:
+        expected = hf_greedy(arch, ps[req.request_id], NUM_NEW_TOKENS)
+        assert len(req.seq_ids) == 3
+        for seq_id in req.seq_ids:
+            assert tuple(req.outputs_of(seq_id)) == expected, (req.request_id, seq_id)
+    assert copies > 0  # copy-on-write did happen (a prompt length not a multiple of bs)
+    if num_blocks == 20:
+        assert run.totals.swap_outs > 0

@@ -162,7 +162,8 @@ class Engine:
             if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
                 req.num_output_tokens += 1
                 if sampled is not None:
-                    req.output_token_ids.append(sampled[req.seq_id])
+                    for seq_id in req.seq_ids:
+                        req.outputs_of(seq_id).append(sampled[seq_id])
                 if req.first_token_time is None:
                     req.first_token_time = self.now
                 if req.num_output_tokens == req.output_len:

@@ -57,6 +57,9 @@ class Request:
     parent_id: int | None = None  # a closed-loop follow-up of this request (a chat turn)
     think_time: float = 0.0
     n: int = 1  # parallel samples: sequences in the group once it forks after the prefill
+    # A forked sample's own sampled ids (a real executor's), keyed by its seq id; seq_ids[0]'s
+    # are output_token_ids. A child starts with the parent's (the first token, shared).
+    child_output_ids: dict[object, list[int]] = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
@@ -75,6 +78,10 @@ class Request:
     def __post_init__(self) -> None:
         if not self.seq_ids:
             self.seq_ids = [self.request_id]  # a group of one; parallel sampling adds more
+
+    def outputs_of(self, seq_id: object) -> list[int]:
+        """The sampled ids of one sequence of the group (a real executor's)."""
+        return self.output_token_ids if seq_id == self.seq_ids[0] else self.child_output_ids[seq_id]
 
     @property
     def seq_id(self) -> object:

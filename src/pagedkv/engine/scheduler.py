@@ -213,6 +213,7 @@ class Scheduler(abc.ABC):
                 if copies is not None:
                     out.copies.extend(copies)
                     req.seq_ids.append(child)
+                    req.child_output_ids[child] = list(req.output_token_ids)
                     continue
             elif kv.can_append_all(req.seq_ids, n):
                 for seq_id in req.seq_ids:

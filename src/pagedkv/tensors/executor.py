@@ -36,7 +36,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.scheduler import ScheduledChunk, SchedulerOutput
-from pagedkv.errors import ConfigError, UnsupportedOperationError
+from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import BlockCopy, KVAllocator, SeqId, SlotCopy
@@ -142,31 +142,28 @@ class TorchExecutor:
         logit_rows: list[int] = []
         samplers: list[object] = []
         for req, n, cached in chunks:
-            if req.n > 1:
-                raise UnsupportedOperationError(
-                    f"request {req.request_id} asks for {req.n} parallel samples: the real "
-                    "executor runs one sequence per request (fork at the model level for now)"
-                )
             if req.token_ids is None:
                 raise ConfigError(
                     "token_ids", None, f"request {req.request_id} needs token ids to run for real"
                 )
             end = cached + n
-            known = req.token_ids + tuple(req.output_token_ids)
-            if end > len(known):
-                raise ConfigError("num_new_tokens", n, f"only {len(known)} tokens are known")
-            table = block_table(self.kv, req.seq_id, self.cache)
-            ids.extend(known[cached:end])
-            positions.extend(range(cached, end))
-            # slot = block * block_size + offset (as kv_cache.slot_mapping), in plain ints:
-            # one small tensor per sequence per step costs more than the tiny model's math
-            slots.extend(table[p // bs] * bs + p % bs for p in range(cached, end))
-            tables.append(table)
-            ctx_lens.append(end)
-            q_lens.append(n)
-            if end == req.num_tokens:  # caught up: this chunk's last token samples
-                logit_rows.append(len(ids) - 1)
-                samplers.append(req.seq_id)
+            # a forked group (parallel sampling) runs each of its sequences on its own tokens
+            for seq_id in req.seq_ids:
+                known = req.token_ids + tuple(req.outputs_of(seq_id))
+                if end > len(known):
+                    raise ConfigError("num_new_tokens", n, f"only {len(known)} tokens are known")
+                table = block_table(self.kv, seq_id, self.cache)
+                ids.extend(known[cached:end])
+                positions.extend(range(cached, end))
+                # slot = block * block_size + offset (as kv_cache.slot_mapping), in plain ints:
+                # one small tensor per sequence per step costs more than the tiny model's math
+                slots.extend(table[p // bs] * bs + p % bs for p in range(cached, end))
+                tables.append(table)
+                ctx_lens.append(end)
+                q_lens.append(n)
+                if end == req.num_tokens:  # caught up: this chunk's last token samples
+                    logit_rows.append(len(ids) - 1)
+                    samplers.append(seq_id)
         device = self.model.device
         inp = ModelInput(
             token_ids=torch.tensor(ids, dtype=torch.long, device=device),

@@ -108,5 +108,6 @@ class VllmScheduler(Scheduler):
             del victim.seq_ids[1:]
             victim.num_output_tokens = 0
             victim.output_token_ids.clear()
+            victim.child_output_ids.clear()
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
