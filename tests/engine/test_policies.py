@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
 
+from pagedkv.engine.executor import StepResult
 from pagedkv.engine.request import RequestStatus
+from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.workloads.spec import RequestSpec
+from tests.engine.test_fast_forward import workloads
 from tests.factories import make_engine
 
 
@@ -106,3 +111,41 @@ def test_arrivals_in_the_future_wait_for_their_time() -> None:
     assert late.admitted_time >= 50.0
     assert late.first_token_time is not None
     assert late.first_token_time > 50.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    workload=workloads(),
+    block_size=st.sampled_from([1, 4, 16]),
+    blocks_tokens=st.integers(290, 700),
+    chunked=st.booleans(),
+)
+def test_a_resumed_request_is_never_swapped_straight_back_out(
+    workload: list[RequestSpec], block_size: int, blocks_tokens: int, chunked: bool
+) -> None:
+    """Swap-in leaves room for the request's next step: no iteration both brings a block in
+    and sends it back out (which would move it twice for nothing)."""
+    engine = make_engine(
+        "vllm",
+        workload,
+        block_size=block_size,
+        num_gpu_blocks=blocks_tokens // block_size,
+        num_cpu_blocks=256,
+        preemption_mode="swap",
+        chunked=chunked,
+        max_num_batched_tokens=512 if chunked else None,
+        reference=True,
+    )
+    execute = engine.executor.execute
+    bounced = 0
+
+    def watching(batch: SchedulerOutput) -> StepResult:
+        nonlocal bounced
+        came_in = {m.dst for m in batch.swap_in}
+        bounced += len(came_in & {m.src for m in batch.swap_out})
+        return execute(batch)
+
+    engine.executor.execute = watching  # type: ignore[method-assign]
+    result = engine.run()
+    assert not result.deadlocked
+    assert bounced == 0

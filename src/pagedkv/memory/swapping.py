@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from pagedkv.errors import UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
-from pagedkv.memory.block_table import BlockTable
+from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, SeqId, SwapMapping
 from pagedkv.memory.tail_books import TailBooks
@@ -68,12 +68,16 @@ class SwapMixin:
         self._swapped_out += len(to_cpu)
         return [SwapMapping(g, c) for g, c in to_cpu.items()]
 
-    def can_swap_in(self, seq_ids: Iterable[SeqId]) -> AllocStatus:
-        """Would swapping these sequences back in fit, honouring the watermark?"""
-        needed = self._swap_in_blocks_taken(list(seq_ids))
+    def can_swap_in(self, seq_ids: Iterable[SeqId], num_new_tokens: int = 0) -> AllocStatus:
+        """Would swapping these sequences back in fit, honouring the watermark, with room
+        left for ``num_new_tokens`` more tokens of each (so that a resumed request can take
+        its next step instead of going straight back out)?"""
+        ids = list(seq_ids)
+        needed = self._swap_in_blocks_taken(ids)
         wm = self.config.watermark_blocks
         if self.gpu.num_blocks - needed < wm:
             return AllocStatus.NEVER
+        needed += self._growth_blocks(ids, num_new_tokens)
         return AllocStatus.OK if self.gpu.num_free - needed >= wm else AllocStatus.LATER
 
     def swap_in(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
@@ -124,6 +128,22 @@ class SwapMixin:
         if self.config.enable_prefix_caching and j < len(table.block_hashes):
             return self.gpu.lookup(table.block_hashes[j])
         return None
+
+    def _growth_blocks(self, seq_ids: list[SeqId], num_new_tokens: int) -> int:
+        """Blocks that ``num_new_tokens`` more tokens of each swapped sequence take once back:
+        new blocks, and a copy for every sibling but one sharing a partial last block."""
+        if num_new_tokens <= 0:
+            return 0
+        bs = self.config.block_size
+        blocks = 0
+        sharing: dict[int, int] = {}  # shared partial last block -> sequences ending in it
+        for seq_id in seq_ids:
+            table = self._swapped[seq_id]
+            t = table.num_tokens
+            blocks += cdiv(t + num_new_tokens, bs) - len(table.blocks)
+            if t % bs and table.blocks:
+                sharing[table.blocks[-1]] = sharing.get(table.blocks[-1], 0) + 1
+        return blocks + sum(c - 1 for c in sharing.values())
 
     def _swap_in_blocks_taken(self, seq_ids: list[SeqId]) -> int:
         """Free-queue entries a swap-in consumes (cached blocks already in use cost none)."""

@@ -65,7 +65,10 @@ class VllmScheduler(Scheduler):
         used = 0
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
-            if self.paged.can_swap_in(req.seq_ids) is not AllocStatus.OK:
+            # Room for its next step too (resumed and straight back out would move its blocks
+            # twice for nothing), unless nothing runs: then nothing would free room for it.
+            step = req.num_pending_tokens if self.running else 0
+            if self.paged.can_swap_in(req.seq_ids, step) is not AllocStatus.OK:
                 break
             mappings = self.paged.swap_in(req.seq_ids)
             if mappings is None:
