@@ -7,17 +7,21 @@ from types import ModuleType
 from pagedkv.errors import ConfigError
 from pagedkv.experiments import (
     block_size,
+    chat,
     fragmentation,
     lesson,
     memory_pressure,
     preemption,
+    prefix_sharing,
     rate_latency,
+    shared_prefix,
 )
 
 EXPERIMENTS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (lesson, fragmentation, block_size, memory_pressure, rate_latency, preemption)
 }
+EXPERIMENTS.update({m.NAME: m for m in (prefix_sharing, shared_prefix, chat)})  # sharing
 
 
 def get_experiment(name: str) -> ModuleType:

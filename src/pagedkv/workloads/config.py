@@ -8,6 +8,7 @@ rejected at construction with one ``ConfigError`` naming the field at fault.
 from __future__ import annotations
 
 import enum
+import math
 import os
 from dataclasses import dataclass
 
@@ -41,6 +42,34 @@ class WorkloadKind(enum.Enum):
     """Lengths uniform over [min, max] (integers, both included) on each side."""
     TRACE = "trace"
     """A trace file (.jsonl or .csv, see ``trace.py``) or a ShareGPT-format .json file."""
+    SHARED_PREFIX = "shared-prefix"
+    """K shared prefixes (system prompts, few-shot examples) before each prompt
+    (``shared_prefix.py``)."""
+    CHAT = "chat"
+    """Multi-turn chat sessions: each turn's prompt is the conversation so far (``chat.py``)."""
+    TRANSLATION = "translation"
+    """The vLLM paper's shared-prefix case: a 1-shot or 5-shot translation prompt
+    (``shared_prefix.py``)."""
+
+
+class SuffixLengths(enum.Enum):
+    """Where the lengths after a shared prefix (and the outputs) come from, for the sharing
+    kinds: the synthetic kinds' models, with the same fields for 'fixed' and 'uniform'."""
+
+    SHAREGPT_LIKE = "sharegpt-like"
+    ALPACA_LIKE = "alpaca-like"
+    FIXED = "fixed"
+    UNIFORM = "uniform"
+
+
+SHARING_KINDS = (WorkloadKind.SHARED_PREFIX, WorkloadKind.CHAT, WorkloadKind.TRANSLATION)
+"""The kinds whose requests carry token ids (so prefix caching can find what they share)."""
+TRANSLATION_PREFIX_LENS = {1: 80, 5: 341}
+"""Shots -> prefix tokens of the vLLM paper's translation case (Kwon et al., SOSP'23, §6.3,
+Fig. 16: a 1-shot prefix of 80 tokens and a 5-shot prefix of 341 tokens)."""
+DEFAULT_NUM_SESSIONS = 100
+DEFAULT_CHAT_TURNS = 4
+DEFAULT_THINK_TIME = 5.0
 
 
 _FIXED_FIELDS = ("prompt_len", "output_len")
@@ -53,7 +82,8 @@ class WorkloadConfig:
 
     kind: WorkloadKind = help_field(
         WorkloadKind.LESSON,
-        "Workload: 'lesson', 'sharegpt-like', 'alpaca-like', 'fixed', 'uniform' or 'trace'.",
+        "Workload: 'lesson', 'sharegpt-like', 'alpaca-like', 'fixed', 'uniform', 'trace', "
+        "'shared-prefix', 'chat' or 'translation'.",
     )
     num_requests: int | None = help_field(
         None,
@@ -91,6 +121,47 @@ class WorkloadConfig:
         "Maximum sequence length (>= 2): longer requests are cut to prompt + output <= this "
         "(the vLLM paper's 2048).",
     )
+    prefix_len: int | None = help_field(
+        None,
+        "Tokens of each shared prefix (>= 1, <= max_model_len - 2): needed by 'shared-prefix'; "
+        "for 'chat' an optional system prompt every session starts with.",
+    )
+    num_prefixes: int | None = help_field(
+        None, "Distinct shared prefixes K (>= 1; kind 'shared-prefix', default 1)."
+    )
+    share_ratio: float | None = help_field(
+        None,
+        "Fraction of requests that start with a shared prefix, in [0, 1] (kinds "
+        "'shared-prefix' and 'translation', default 1); the others start with a private "
+        "prefix of the same length, so the load does not depend on it.",
+    )
+    prefix_zipf: float | None = help_field(
+        None,
+        "Zipf exponent of the prefixes' popularity (>= 0; 0: uniform; kind 'shared-prefix', "
+        "default 1): prefix k is chosen with probability proportional to 1 / (k + 1)^a.",
+    )
+    lengths: SuffixLengths | None = help_field(
+        None,
+        "Lengths after the prefix and of the outputs (kinds 'shared-prefix', 'chat'): "
+        "'sharegpt-like', 'alpaca-like', 'fixed' or 'uniform' (with their length fields). "
+        "Default: 'sharegpt-like' for shared-prefix, 'alpaca-like' for chat.",
+    )
+    shots: int | None = help_field(
+        None,
+        "Translation examples in the shared prompt (kind 'translation'): 1 (an 80-token "
+        "prefix) or 5 (341 tokens), as in the vLLM paper's §6.3. Default 1.",
+    )
+    num_sessions: int | None = help_field(
+        None, f"Chat sessions (>= 1; kind 'chat', default {DEFAULT_NUM_SESSIONS})."
+    )
+    chat_turns: int | None = help_field(
+        None, f"Turns per chat session (>= 1; kind 'chat', default {DEFAULT_CHAT_TURNS})."
+    )
+    think_time_mean: float | None = help_field(
+        None,
+        "Mean seconds between a turn's answer and the next turn (exponential, >= 0; kind "
+        f"'chat', default {DEFAULT_THINK_TIME}).",
+    )
 
     def __post_init__(self) -> None:
         kind = check_choice("kind", self.kind, WorkloadKind)
@@ -109,12 +180,13 @@ class WorkloadConfig:
                     "output tokens)",
                 )
         self._check_arrival()
+        self._check_sharing()
         self._only_for(WorkloadKind.FIXED, _FIXED_FIELDS)
         self._only_for(WorkloadKind.UNIFORM, _UNIFORM_FIELDS)
         self._only_for(WorkloadKind.TRACE, ("trace_path",))
-        if kind is WorkloadKind.FIXED:
+        if kind is WorkloadKind.FIXED or self.lengths is SuffixLengths.FIXED:
             self._check_fixed()
-        elif kind is WorkloadKind.UNIFORM:
+        elif kind is WorkloadKind.UNIFORM or self.lengths is SuffixLengths.UNIFORM:
             self._check_uniform()
         elif kind is WorkloadKind.TRACE:
             self._check_trace()
@@ -147,8 +219,8 @@ class WorkloadConfig:
         return "default" if self.arrival is None else self.arrival.value
 
     def _only_for(self, kind: WorkloadKind, fields: tuple[str, ...]) -> None:
-        if self.kind is kind:
-            return
+        if self.kind is kind or (self.lengths is not None and self.lengths.value == kind.value):
+            return  # a sharing kind with lengths 'fixed' or 'uniform' uses their fields
         for name in fields:
             value = getattr(self, name)
             if value is not None:
@@ -188,6 +260,85 @@ class WorkloadConfig:
         if not isinstance(text, str) or not text.endswith(TRACE_SUFFIXES):
             raise ConfigError("trace_path", path, "must end in " + ", ".join(TRACE_SUFFIXES))
         object.__setattr__(self, "trace_path", text)
+
+    def _check_sharing(self) -> None:
+        """The sharing kinds' fields: each only for its kinds, then their values."""
+        kind = self.kind
+        shared, chat = WorkloadKind.SHARED_PREFIX, WorkloadKind.CHAT
+        translation = WorkloadKind.TRANSLATION
+        for name, kinds in (
+            ("prefix_len", (shared, chat)),
+            ("num_prefixes", (shared,)),
+            ("share_ratio", (shared, translation)),
+            ("prefix_zipf", (shared,)),
+            ("lengths", (shared, chat)),
+            ("shots", (translation,)),
+            ("num_sessions", (chat,)),
+            ("chat_turns", (chat,)),
+            ("think_time_mean", (chat,)),
+        ):
+            value = getattr(self, name)
+            if value is not None and kind not in kinds:
+                allowed = " and ".join(repr(k.value) for k in kinds)
+                raise ConfigError(
+                    name, value, f"is only used by kind {allowed}, not {kind.value!r}"
+                )
+        if self.lengths is not None:
+            object.__setattr__(
+                self, "lengths", check_choice("lengths", self.lengths, SuffixLengths)
+            )
+        if kind is shared and self.prefix_len is None:
+            raise ConfigError("prefix_len", None, "kind 'shared-prefix' needs prefix_len")
+        if self.prefix_len is not None:
+            check_int("prefix_len", self.prefix_len, 1)
+            if self.prefix_len > self.max_model_len - 2:
+                raise ConfigError(
+                    "prefix_len",
+                    self.prefix_len,
+                    f"must be <= max_model_len - 2 ({self.max_model_len - 2}): a prompt needs a "
+                    "token of its own and a request an output token",
+                )
+        if self.num_prefixes is not None:
+            check_int("num_prefixes", self.num_prefixes, 1)
+        for name in ("share_ratio", "prefix_zipf", "think_time_mean"):
+            value = getattr(self, name)
+            top = 1.0 if name == "share_ratio" else math.inf
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= top
+                or math.isinf(value)
+            ):
+                allowed = "a number in [0, 1]" if name == "share_ratio" else "a finite number >= 0"
+                raise ConfigError(name, value, "must be " + allowed)
+        if self.shots is not None and self.shots not in TRANSLATION_PREFIX_LENS:
+            raise ConfigError("shots", self.shots, "must be 1 or 5 (the vLLM paper's two prefixes)")
+        if (
+            kind is translation
+            and TRANSLATION_PREFIX_LENS[self.shots or 1] > self.max_model_len - 2
+        ):
+            raise ConfigError(
+                "max_model_len", self.max_model_len, "is too short for the translation prefix"
+            )
+        if self.num_sessions is not None:
+            check_int("num_sessions", self.num_sessions, 1)
+        if self.chat_turns is not None:
+            check_int("chat_turns", self.chat_turns, 1)
+        if kind is chat and self.num_requests is not None:
+            raise ConfigError(
+                "num_requests",
+                self.num_requests,
+                "must be unset for kind 'chat': it serves num_sessions x chat_turns requests",
+            )
+
+    @property
+    def suffix_lengths(self) -> SuffixLengths:
+        """The lengths model after the prefix: ``lengths`` or the kind's default."""
+        if self.lengths is not None:
+            return self.lengths
+        if self.kind is WorkloadKind.CHAT:
+            return SuffixLengths.ALPACA_LIKE
+        return SuffixLengths.SHAREGPT_LIKE
 
 
 def _require_int(config: WorkloadConfig, name: str, minimum: int) -> int:

@@ -16,6 +16,9 @@ The steps, in order:
 4. Order: sorted by arrival time, stable (ties keep their order), and renumbered 0..n-1 in
    that order. A trace's own request ids are not kept (``read_trace`` has them); its extra
    columns are.
+
+The sharing kinds ('shared-prefix', 'translation': ``shared_prefix.py``; 'chat': ``chat.py``)
+build their requests whole, token ids included, and do these steps themselves.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from pathlib import Path
 
 from pagedkv.errors import ConfigError
 from pagedkv.workloads.arrivals import arrival_times
+from pagedkv.workloads.chat import chat_workload
 from pagedkv.workloads.config import DEFAULT_NUM_REQUESTS, WorkloadConfig, WorkloadKind
 from pagedkv.workloads.lesson import LESSON, lesson_workload
+from pagedkv.workloads.shared_prefix import shared_prefix_workload
 from pagedkv.workloads.sharegpt import import_sharegpt
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.synthetic import (
@@ -38,6 +43,7 @@ from pagedkv.workloads.synthetic import (
     cap_lengths,
     child_rng,
 )
+from pagedkv.workloads.token_ids import with_prefix_ids
 from pagedkv.workloads.trace import read_trace
 
 
@@ -67,6 +73,10 @@ def make_workload(config: WorkloadConfig) -> list[RequestSpec]:
     Deterministic: the same config gives the same list, and the lengths do not depend on the
     arrival process.
     """
+    if config.kind is WorkloadKind.CHAT:
+        return chat_workload(config)
+    if config.kind in (WorkloadKind.SHARED_PREFIX, WorkloadKind.TRANSLATION):
+        return shared_prefix_workload(config)
     base = _base_requests(config)
     if config.arrival is None:
         times = [float(r.arrival_time) for r in base]
@@ -82,10 +92,13 @@ def make_workload(config: WorkloadConfig) -> list[RequestSpec]:
         [r.prompt_len for r in base], [r.output_len for r in base], config.max_model_len
     )
     order = sorted(range(len(base)), key=times.__getitem__)  # sorted() is stable
-    return [
+    requests = [
         RequestSpec(new_id, prompts[i], outputs[i], times[i], base[i].extra)
         for new_id, i in enumerate(order)
     ]
+    if config.kind is WorkloadKind.TRACE:
+        return with_prefix_ids(requests)  # ids from prefix_id / prefix_len columns, if any
+    return requests
 
 
 def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:

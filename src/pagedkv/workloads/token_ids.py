@@ -1,0 +1,101 @@
+"""Token ids for the sharing workloads: equal prefixes get equal ids, everything else does not.
+
+Prefix caching keys a block by its tokens and by every token before it (``memory/prefix_hash``),
+so the simulator needs ids, not just lengths, to find what requests share. A simulated model
+has no vocabulary, so the ids here are labels, not words, built from two disjoint ranges:
+
+* shared prefix ``k`` (a system prompt, a few-shot example): ``(2 k) * SPAN + j`` for its token
+  j = 0, 1, ...; every request that starts with prefix k starts with these same ids;
+* request ``r``'s own tokens (its private prefix, its text after the prefix, the output a
+  simulated model will generate, in that order): ``(2 r + 1) * SPAN + j``.
+
+Owners are even for prefixes and odd for requests, and a position j < SPAN never reaches the
+next owner's range, so no id of one owner is an id of another. A block that holds a token a
+request owns therefore never hashes like a block of another request, and two different shared
+prefixes never share a block (block keys are chained, so this holds from the first differing
+token on, whatever the block size, 1 included). What is drawn from the seed is the structure
+(which prefix a request starts with, how long each part is), not the ids.
+
+A trace with ``prefix_id`` and ``prefix_len`` columns gets the same ids (``with_prefix_ids``;
+``make_workload`` applies it to kind 'trace'), so a recorded workload can be replayed with
+prefix caching.
+
+A chat turn's prompt is the previous turn's prompt, then the previous turn's output ids, then
+its own new message: the whole previous conversation, id for id (``chat.py``).
+
+Ids fit an int64 (the block hash packs them as such): the largest is about (2 n + 2) * 2^24,
+under 2^63 for any n below 2^37 requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from pagedkv.errors import ConfigError
+from pagedkv.workloads.spec import RequestSpec
+
+SPAN = 1 << 24
+"""Ids per owner: more tokens than any one prompt or output (16.7M)."""
+
+
+def _range(owner: int, start: int, length: int) -> tuple[int, ...]:
+    if not 0 <= start <= start + length <= SPAN:
+        raise ConfigError("token position", start + length, f"must be <= {SPAN} per owner")
+    base = owner * SPAN
+    return tuple(range(base + start, base + start + length))
+
+
+def prefix_ids(prefix: int, length: int) -> tuple[int, ...]:
+    """The ids of shared prefix number ``prefix`` (0, 1, ...), ``length`` tokens."""
+    return _range(2 * prefix, 0, length)
+
+
+def own_ids(request_id: int, start: int, length: int) -> tuple[int, ...]:
+    """Tokens ``start .. start + length - 1`` of request ``request_id``'s own range."""
+    return _range(2 * request_id + 1, start, length)
+
+
+def owner_of(token_id: int) -> tuple[str, int]:
+    """('prefix', k) or ('request', r): whose range ``token_id`` is in (tests, debugging)."""
+    owner = token_id // SPAN
+    return ("prefix", owner // 2) if owner % 2 == 0 else ("request", owner // 2)
+
+
+def with_prefix_ids(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
+    """Token ids for a trace's requests from its ``prefix_id`` and ``prefix_len`` columns.
+
+    A request whose ``prefix_id`` is an integer k >= 0 starts with shared prefix k's first
+    min(prefix_len, prompt_len - 1) ids (a prompt cut shorter than its prefix keeps the part that
+    fits); one whose ``prefix_id`` is ``private`` or absent has ids of its own only. Outputs
+    continue each request's own range. Requests without the columns are returned unchanged
+    when no request has them. A ``session_id`` column is kept but does not chain turns: a
+    trace's turns arrive at its own times, not closed-loop.
+    """
+    if not any(name == "prefix_id" for r in specs for name, _ in r.extra):
+        return list(specs)
+    out = []
+    for r in specs:
+        extra = dict(r.extra)
+        label = extra.get("prefix_id", "private")
+        shared = 0
+        ids: tuple[int, ...] = ()
+        if label != "private":
+            k = _column_int(r, "prefix_id", label)
+            shared = min(_column_int(r, "prefix_len", extra.get("prefix_len")), r.prompt_len - 1)
+            ids = prefix_ids(k, shared)
+        ids += own_ids(r.request_id, 0, r.prompt_len - shared)
+        outputs = own_ids(r.request_id, r.prompt_len - shared, r.output_len)
+        out.append(dataclasses.replace(r, token_ids=ids, output_token_ids=outputs))
+    return out
+
+
+def _column_int(r: RequestSpec, column: str, text: str | None) -> int:
+    if text is None or re.fullmatch(r"[0-9]+", text) is None:
+        raise ConfigError(
+            f"request {r.request_id}: {column}",
+            text,
+            "must be an integer >= 0 (prefix_id may also be 'private')",
+        )
+    return int(text)
