@@ -259,3 +259,21 @@ def test_prefix_cache_hits_exactly_the_shared_prefixes() -> None:
     firsts = len({_prefix(r) for r in specs})
     assert _run(1.0, True)["prefix_cache"]["hit_tokens"] == (40 - firsts) * 64
     assert _run(1.0, False)["prefix_cache"]["hit_tokens"] == 0
+
+
+def test_num_samples_asks_every_request_for_n_samples() -> None:
+    from pagedkv.workloads.config import WorkloadConfig, WorkloadKind
+    from pagedkv.workloads.factory import make_workload
+
+    base = make_workload(WorkloadConfig(kind=WorkloadKind.ALPACA_LIKE, num_requests=30, seed=3))
+    four = make_workload(
+        WorkloadConfig(kind=WorkloadKind.ALPACA_LIKE, num_requests=30, seed=3, num_samples=4)
+    )
+    assert [(r.prompt_len, r.output_len, r.arrival_time) for r in base] == [
+        (r.prompt_len, r.output_len, r.arrival_time) for r in four
+    ]
+    assert {r.n for r in base} == {1}
+    assert {r.n for r in four} == {4}
+    with pytest.raises(ConfigError) as info:
+        WorkloadConfig(kind=WorkloadKind.ALPACA_LIKE, num_samples=0)
+    assert info.value.field == "num_samples"

@@ -8,7 +8,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-NAMES = ("lesson", "fragmentation", "block-size", "memory-pressure", "rate-latency", "preemption")
+NAMES = (  # help text only (the registry, which imports every experiment, is the authority)
+    "lesson",
+    "fragmentation",
+    "block-size",
+    "memory-pressure",
+    "rate-latency",
+    "preemption",
+    "prefix-sharing",
+    "shared-prefix",
+    "chat",
+)
 """For the help text only; the registry (``registry.EXPERIMENTS``) is the truth."""
 
 

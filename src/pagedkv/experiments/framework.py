@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from pagedkv.errors import PagedKVError
+from pagedkv.experiments import sharing_metrics  # noqa: F401  (registers its columns)
 from pagedkv.experiments.metrics import CATEGORIES, read_metrics
 from pagedkv.io import atomic_write_json, atomic_write_text
 from pagedkv.report import stats

@@ -157,6 +157,11 @@ class WorkloadConfig:
     chat_turns: int | None = help_field(
         None, f"Turns per chat session (>= 1; kind 'chat', default {DEFAULT_CHAT_TURNS})."
     )
+    num_samples: int = help_field(
+        1,
+        "Parallel samples per request (>= 1): n sequences share the prompt's K/V and fork "
+        "after the prefill (paged policies only; contiguous ones refuse such requests).",
+    )
     think_time_mean: float | None = help_field(
         None,
         "Mean seconds between a turn's answer and the next turn (exponential, >= 0; kind "
@@ -169,6 +174,7 @@ class WorkloadConfig:
         if self.arrival is not None:
             object.__setattr__(self, "arrival", check_choice("arrival", self.arrival, Arrival))
         check_int("seed", self.seed, 0)
+        check_int("num_samples", self.num_samples, 1)
         check_int("max_model_len", self.max_model_len, 2)
         if self.num_requests is not None:
             check_int("num_requests", self.num_requests, 1)

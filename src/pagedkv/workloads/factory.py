@@ -23,6 +23,7 @@ build their requests whole, token ids included, and do these steps themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pagedkv.errors import ConfigError
@@ -71,8 +72,15 @@ def make_workload(config: WorkloadConfig) -> list[RequestSpec]:
     """The requests of ``config``: sorted by arrival time, ids 0..n-1 (see the module docstring).
 
     Deterministic: the same config gives the same list, and the lengths do not depend on the
-    arrival process.
+    arrival process. Each request asks for ``num_samples`` parallel samples.
     """
+    requests = _make_requests(config)
+    if config.num_samples == 1:
+        return requests
+    return [dataclasses.replace(r, n=config.num_samples) for r in requests]
+
+
+def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
     if config.kind is WorkloadKind.CHAT:
         return chat_workload(config)
     if config.kind in (WorkloadKind.SHARED_PREFIX, WorkloadKind.TRANSLATION):
