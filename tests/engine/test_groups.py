@@ -23,11 +23,6 @@ def group(i: int, prompt: int, output: int, n: int, t: float = 0.0) -> RequestSp
 def test_group_forks_shares_the_prompt_and_finishes(block_size: int, n: int) -> None:
     engine = make_engine("vllm", [group(0, 40, 20, n)], block_size=block_size, num_gpu_blocks=200)
     seen_shared = []
-
-    def watch(done: int, total: int) -> None:
-        pass
-
-    engine.progress = watch
     sched = engine.scheduler
     kv = sched.kv
     assert isinstance(kv, KVCacheManager)

@@ -188,7 +188,7 @@ class Engine:
         sched = self.scheduler
         t = self.totals
         t.add(duration, usage, len(sched.running), len(batch.chunks))
-        t.weighted_saved_blocks += duration * getattr(sched.kv, "blocks_saved_by_sharing", 0)
+        t.weighted_saved_blocks += duration * sched.kv.blocks_saved_by_sharing
         t.preemptions += len(batch.preempted)
         t.swap_outs += sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
         t.swapped_blocks += len(batch.swap_out)

@@ -173,7 +173,7 @@ class FastForward:
         kv = sched.kv
         assert self.cost is not None
         u = kv.usage(waiting_for_memory=waiting)
-        saved = getattr(kv, "blocks_saved_by_sharing", 0)  # new blocks are private: constant
+        saved = kv.blocks_saved_by_sharing  # new blocks are private: constant in the window
         n = len(seq_ids)  # each sequence gains one token state a round
         total, moment = curve.sums(k)  # sum d_j, sum j*d_j, j = 0..k-1
         # Integrals of the categories over the window, each weighted by round duration.

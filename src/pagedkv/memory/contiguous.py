@@ -110,6 +110,11 @@ class ContiguousAllocator:
         r = self._get(seq_id)
         return min(r.held, self.config.max_model_len) - r.tokens
 
+    @property
+    def blocks_saved_by_sharing(self) -> int:
+        """0: a contiguous region is never shared (a fork copies into a region of its own)."""
+        return 0
+
     def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
         """``room`` of each sequence."""
         return [self.room(s) for s in seq_ids]

@@ -102,6 +102,11 @@ class KVAllocator(Protocol):
         """Tokens ``seq_id`` can append with no allocation and no copy."""
         ...
 
+    @property
+    def blocks_saved_by_sharing(self) -> int:
+        """Blocks that sharing saves now (references from sequences - blocks in use)."""
+        ...
+
     def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
         """``room`` of each sequence, in one call."""
         ...
