@@ -25,9 +25,16 @@ from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.gpus import GiB, get_gpu
 from pagedkv.engine.metrics import request_record, step_dict, summarize
 from pagedkv.engine.models import get_model
+from pagedkv.engine.pinned_prefixes import (
+    account_prefill,
+    check_policy,
+    pinned_setup,
+    pinned_summary,
+    register_workload_prefixes,
+)
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
@@ -59,6 +66,17 @@ class HardwareConfig:
     block_size: int = help_field(16, "Token slots per KV block (>= 1).")
     watermark: float = help_field(0.01, "Fraction of GPU blocks admission keeps free.")
     enable_prefix_caching: bool = help_field(False, "Reuse cached full blocks of equal prefixes.")
+    enable_pinned_prefixes: bool = help_field(
+        False,
+        "Explicit prefix sharing: pin the workload's shared prefixes (prefix_id) once, computed "
+        "at t = 0; a request starting with one shares all its blocks (copy-on-write). Paged "
+        "policies only; excludes enable_prefix_caching.",
+    )
+    eviction_policy: EvictionPolicy = help_field(
+        EvictionPolicy.LRU,
+        "Which free cached block prefix caching evicts first: 'lru' (least recently freed) or "
+        "'lfu' (fewest uses, ties least recently freed); no effect without prefix caching.",
+    )
     cost_model: CostModelKind = help_field(
         CostModelKind.ROOFLINE, "Iteration timing: 'unit' (1 tick each) or 'roofline' (seconds)."
     )
@@ -77,8 +95,20 @@ class HardwareConfig:
         check_int("block_size", self.block_size, 1)
         check_fraction("watermark", self.watermark)
         check_bool("enable_prefix_caching", self.enable_prefix_caching)
+        check_bool("enable_pinned_prefixes", self.enable_pinned_prefixes)
+        if self.enable_pinned_prefixes and self.enable_prefix_caching:
+            raise ConfigError(
+                "enable_pinned_prefixes",
+                True,
+                "excludes enable_prefix_caching: choose one sharing mechanism",
+            )
         object.__setattr__(
             self, "cost_model", check_choice("cost_model", self.cost_model, CostModelKind)
+        )
+        object.__setattr__(
+            self,
+            "eviction_policy",
+            check_choice("eviction_policy", self.eviction_policy, EvictionPolicy),
         )
 
 
@@ -124,6 +154,10 @@ class SimulationConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     reference: bool = False
     trace_steps: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hardware.enable_pinned_prefixes:
+            check_policy(self.scheduler.scheduler)  # contiguous memory cannot share blocks
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
@@ -224,6 +258,8 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
         num_cpu_blocks=cpu_blocks,
         watermark=hw.watermark,
         enable_prefix_caching=hw.enable_prefix_caching,
+        enable_pinned_prefixes=hw.enable_pinned_prefixes,
+        eviction_policy=hw.eviction_policy,
     )
     policy = SCHEDULERS[sched.scheduler]
     kv = policy.make_allocator(cache, sched)
@@ -232,14 +268,21 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
         cost = UnitCost()
     else:
         cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
-    return Engine(
+    specs = make_workload(config.workload)
+    engine = Engine(
         policy(sched, kv),
         SimExecutor(cost),
-        make_workload(config.workload),
+        specs,
         check_integrity=check_integrity,
         reference=config.reference,
         trace_steps=config.trace_steps,
     )
+    if hw.enable_pinned_prefixes:  # explicit sharing: pin the prefixes, prefill them at t = 0
+        check_policy(sched.scheduler, kv)
+        assert isinstance(kv, KVCacheManager)
+        register_workload_prefixes(kv, specs)
+        account_prefill(engine, pinned_setup(kv, cost))
+    return engine
 
 
 def prefix_cache_summary(kv: KVAllocator) -> dict[str, float]:
@@ -289,6 +332,8 @@ def simulate(
     summary["sharing"] = sharing_summary(
         run.totals.weighted_saved_blocks, run.totals.busy_time, summary, config.hardware.block_size
     )
+    if config.hardware.enable_pinned_prefixes:
+        summary["pinned"] = pinned_summary(engine)
     return SimulationResult(
         config=config.to_flat(),
         summary=summary,

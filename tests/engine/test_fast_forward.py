@@ -101,3 +101,69 @@ def test_fast_forward_skips_rounds() -> None:
     engine.run()
     assert engine.fast_forward is not None
     assert engine.fast_forward.rounds > 10 * engine.fast_forward.windows
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    workload=workloads(),
+    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    block_size=st.sampled_from([1, 16, 7]),
+    blocks_tokens=st.integers(MAX_LEN + 32, 2000),
+    mode=st.sampled_from(["recompute", "swap"]),
+    chunked=st.booleans(),
+)
+def test_decodes_next_keeps_its_promise(
+    workload: list[RequestSpec],
+    scheduler: str,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    chunked: bool,
+) -> None:
+    """Whenever a policy says the next round is a plain decode (the fast-forward then starts a
+    window without running that round), the round it schedules is one: every running request
+    computes exactly its next token, nobody is admitted or resumed; only a preemption (blocks
+    short, which a window stops before) may change the set."""
+    chunked = chunked and scheduler != "static"
+    engine = make_engine(
+        scheduler,
+        workload,
+        block_size=block_size,
+        num_gpu_blocks=blocks_tokens // block_size,
+        num_cpu_blocks=64,
+        preemption_mode=mode,
+        chunked=chunked,
+        max_num_batched_tokens=512 if chunked else None,
+        max_model_len=MAX_LEN,
+        reference=True,
+    )
+    sched = engine.scheduler
+    schedule = sched.schedule
+
+    def checked() -> Any:
+        promise = sched.decodes_next()
+        before = list(sched.running)
+        out = schedule()
+        if promise:
+            assert not out.swap_in
+            if not out.preempted:
+                assert [c.request for c in out.chunks] == before
+                for c in out.chunks:
+                    assert c.num_new_tokens == 1
+                    assert c.num_cached_tokens == c.request.num_tokens - 1
+        return out
+
+    sched.schedule = checked  # type: ignore[method-assign]
+    engine.run()
+
+
+def test_an_admission_round_starts_a_window() -> None:
+    """With staggered arrivals, vllm promises the decode round after each admission, so the
+    fast path pays one scheduler round per arrival and none to confirm a decode."""
+    workload = [RequestSpec(i, 30, 300, 0.7 * i) for i in range(10)]
+    engine = make_engine("vllm", workload, num_gpu_blocks=400, max_model_len=512, cost=ROOFLINE)
+    result = engine.run()
+    assert all(r.finish_time is not None for r in result.requests)
+    ff = engine.fast_forward
+    assert ff is not None
+    assert engine.totals.iterations - ff.rounds == len(workload)

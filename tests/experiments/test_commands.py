@@ -39,3 +39,11 @@ def test_commands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "--quick" in capsys.readouterr().out
+
+
+def test_help_names_every_experiment() -> None:
+    """The CLI's help lists exactly the registry's experiments, in its order."""
+    from pagedkv.experiments.commands import NAMES
+    from pagedkv.experiments.registry import EXPERIMENTS
+
+    assert list(NAMES) == list(EXPERIMENTS)

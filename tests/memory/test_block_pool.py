@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
 
 from pagedkv.errors import IntegrityError, PagedKVError
-from pagedkv.memory.block_pool import BlockPool
+from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
 
 
 def test_allocate_takes_every_block_once_then_refuses() -> None:
@@ -91,3 +93,49 @@ def test_check_integrity_catches_a_wrong_count() -> None:
     pool.allocate()
     with pytest.raises(IntegrityError):
         pool.check_integrity([0, 0, 0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    size=st.integers(1, 12),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["alloc", "incref", "decref", "release"]), st.integers(0, 10**6)),
+        max_size=80,
+    ),
+)
+def test_the_stack_pool_hands_out_what_the_queue_pool_does(
+    size: int, ops: list[tuple[str, int]]
+) -> None:
+    """Differential: the list-stack pool (caching off) and BlockPool without caching take the
+    same blocks in the same order through any allocate / incref / decref / release sequence."""
+    queue, stack = BlockPool(size), UncachedBlockPool(size)
+    held: list[int] = []  # one entry per reference taken
+    for op, pick in ops:
+        if op == "alloc" and queue.num_free:
+            block = queue.allocate()
+            assert stack.allocate() == block
+            held.append(block)
+        elif op == "incref" and held:
+            block = held[pick % len(held)]
+            queue.incref(block)
+            stack.incref(block)
+            held.append(block)
+        elif op == "decref" and held:
+            block = held.pop(pick % len(held))
+            assert stack.decref(block) == queue.decref(block)
+        elif op == "release" and held:
+            chain = held[pick % len(held) :]
+            del held[pick % len(held) :]
+            assert stack.release(chain) == queue.release(chain)
+        assert stack.free_blocks() == queue.free_blocks()
+        assert (stack.num_free, stack.num_used, stack.num_refs) == (
+            queue.num_free,
+            queue.num_used,
+            queue.num_refs,
+        )
+        stack.check_integrity(list(queue.ref_counts))
+    free = stack.free_blocks()
+    if free:  # a free block released again is a double free, in both pools
+        for pool in (stack, queue):
+            with pytest.raises(IntegrityError):
+                pool.release(free[:1])

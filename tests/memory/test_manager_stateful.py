@@ -7,11 +7,14 @@ after every rule the invariants are checked, and once everything is freed every 
 
 from __future__ import annotations
 
+import dataclasses
+
 import hypothesis.strategies as st
 from hypothesis import event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedkv.memory.block_table import cdiv
+from pagedkv.memory.config import EvictionPolicy
 from pagedkv.memory.interface import AllocStatus
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.prefix_hash import hash_blocks
@@ -26,6 +29,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         self.final: dict[int, int] = {}
         self.swapped: set[int] = set()
         self.next_id = 0
+        self.families: dict[int, list[int]] = {}  # sequence groups: root -> members
 
     @initialize(
         bs=st.sampled_from(BLOCK_SIZES),
@@ -33,11 +37,17 @@ class PagedManagerMachine(RuleBasedStateMachine):
         cpu=st.integers(0, 16),
         caching=st.booleans(),
         watermark=st.sampled_from([0.0, 0.1]),
+        eviction=st.sampled_from(["lru", "lfu"]),
     )
-    def setup(self, bs: int, gpu: int, cpu: int, caching: bool, watermark: float) -> None:
+    def setup(
+        self, bs: int, gpu: int, cpu: int, caching: bool, watermark: float, eviction: str
+    ) -> None:
         self.m = make_manager(
             bs, gpu, num_cpu_blocks=cpu, watermark=watermark, prefix_caching=caching
         )
+        if eviction != "lru":  # the eviction policy's pool (memory/eviction.py)
+            config = dataclasses.replace(self.m.config, eviction_policy=EvictionPolicy(eviction))
+            self.m = KVCacheManager(config)
         self.bs = bs
 
     # ----- helpers ---------------------------------------------------------------------------
@@ -188,6 +198,88 @@ class PagedManagerMachine(RuleBasedStateMachine):
             event("swap in")
         else:
             assert all(self.m.is_swapped(s) for s in group)
+
+    # ----- sequence groups (parallel sampling, beams): all or nothing ---------------------------
+    def live_families(self, swapped: bool) -> list[list[int]]:
+        """Families whose live members are all on the GPU (swapped False) or all swapped out
+        (the scheduler's two states of a group; other rules may free or move members alone)."""
+        out = []
+        for members in self.families.values():
+            live = [s for s in members if s in self.tokens]
+            if live and all((s in self.swapped) == swapped for s in live):
+                out.append(live)
+        return out
+
+    @precondition(lambda self: any(s not in self.families for s in self.on_gpu()))
+    @rule(data=st.data(), size=st.integers(2, 4))
+    def fork_group(self, data: st.DataObject, size: int) -> None:
+        """A sequence forks into a family of ``size`` (parallel sampling after a prefill)."""
+        parent = data.draw(st.sampled_from([s for s in self.on_gpu() if s not in self.families]))
+        free_before = self.m.num_free_blocks
+        members = [parent]
+        for _ in range(size - 1):
+            child = self.new_id()
+            assert self.m.fork(parent, child, final_len=self.final[parent]) == []
+            self.tokens[child] = list(self.tokens[parent])
+            self.final[child] = self.final[parent]
+            members.append(child)
+        assert self.m.num_free_blocks == free_before  # forks share, they never allocate
+        self.families[parent] = members
+        event("group fork")
+
+    @precondition(lambda self: bool(self.live_families(swapped=False)))
+    @rule(data=st.data(), n=st.integers(1, 5))
+    def append_group(self, data: st.DataObject, n: int) -> None:
+        """The group's step: ``can_append_all`` promises room for every member (copies of a
+        shared last block included), then every append succeeds; or none is tried."""
+        family = data.draw(st.sampled_from(self.live_families(swapped=False)))
+        if not self.m.can_append_all(family, n):
+            return
+        for seq in family:
+            ids = [seq % 97 + k for k in range(n)]  # members diverge after the fork
+            assert self.m.append_slots(seq, n, token_ids=ids) is not None
+            self.tokens[seq] = self.tokens[seq] + ids
+        event("group append")
+
+    @precondition(lambda self: bool(self.live_families(swapped=False)))
+    @rule(data=st.data(), recompute=st.booleans())
+    def preempt_group(self, data: st.DataObject, recompute: bool) -> None:
+        """Preempt a whole family as the scheduler does: swap out all of it, if the CPU pool
+        takes every distinct block (``can_swap_out``), else free all of it."""
+        family = data.draw(st.sampled_from(self.live_families(swapped=False)))
+        before = {s: self.m.block_ids(s) for s in family}
+        can = self.m.can_swap_out(family)
+        out = None if recompute else self.m.swap_out(family)
+        if not recompute:
+            assert (out is not None) == can
+        if out is not None:
+            assert all(self.m.is_swapped(s) for s in family)
+            distinct = {b for blocks in before.values() for b in blocks}
+            assert sorted(m.src for m in out) == sorted(distinct)  # shared blocks move once
+            self.swapped |= set(family)
+            event("group swapped out")
+            return
+        assert all(self.m.block_ids(s) == before[s] for s in family)  # none moved
+        for seq in family:
+            self.m.free(seq)
+            del self.tokens[seq], self.final[seq]
+        event("group freed")
+
+    @precondition(lambda self: bool(self.live_families(swapped=True)))
+    @rule(data=st.data())
+    def resume_group(self, data: st.DataObject) -> None:
+        """Swap a whole family back in: all of it, or (no room) none of it."""
+        family = data.draw(st.sampled_from(self.live_families(swapped=True)))
+        status = self.m.can_swap_in(family)
+        back = self.m.swap_in(family)
+        if status is AllocStatus.OK:
+            assert back is not None
+        if back is None:
+            assert all(self.m.is_swapped(s) for s in family)
+            return
+        assert not any(self.m.is_swapped(s) for s in family)
+        self.swapped -= set(family)
+        event("group swapped in")
 
     # ----- invariants ------------------------------------------------------------------------
     @invariant()

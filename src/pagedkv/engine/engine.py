@@ -18,6 +18,7 @@ scheduler loop moves a request between queues or stops. No step cap is involved.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -121,6 +122,22 @@ class Engine:
             self._reject_followups(child)
 
     def run(self) -> EngineRun:
+        """Run the workload to its end (or a deadlock).
+
+        The cyclic garbage collector is paused for the run: the loop makes no reference cycles
+        worth collecting, and with 10^5 live requests each full collection walks them all (about
+        15% of a large simulation). Reference counting still frees everything at once; the
+        collector's previous state is restored after, even on an error.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _run(self) -> EngineRun:
         sched = self.scheduler
         while True:
             self.admit_arrivals()
@@ -139,8 +156,8 @@ class Engine:
                 stuck = sorted(r.request_id for r in [*sched.stuck(), *waiting])
                 return EngineRun(self.requests, self.totals, self.now, True, stuck, self.steps)
             finished = self._step(batch)
-            if self.fast_forward is not None and not finished:
-                self.fast_forward.after(batch)
+            if self.fast_forward is not None:
+                self.fast_forward.after(batch, finished)
         self._check_conservation()
         return EngineRun(self.requests, self.totals, self.now, steps=self.steps)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pagedkv.engine import through_finishes
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
@@ -46,18 +47,31 @@ class FastForward:
         self.windows = 0
         self.rounds = 0
 
-    def after(self, batch: SchedulerOutput) -> None:
-        """Called after a round that finished nobody; skips ahead if it was a pure decode.
+    def after(self, batch: SchedulerOutput, finished: bool) -> None:
+        """Called after every round; skips ahead if the next rounds are pure decodes: the round
+        just run was one and finished nobody, or the policy promises the next one is
+        (``Scheduler.decodes_next``: then the admission round of an arrival needs no decode
+        round after it to start a window).
 
         Windows chain while nothing can change the schedule: after a window that ended with
         a finish, if no request waits (nothing to admit or resume) and none has arrived, the
         next round is again a pure decode of those still running.
         """
-        if self.cost is None or not self._pure_decode(batch):
+        if self.cost is None:
+            return
+        if (finished or not self._pure_decode(batch)) and not self.engine.scheduler.decodes_next():
             return
         eng = self.engine
         sched = eng.scheduler
         while True:
+            if through_finishes.plain(eng):  # one window through every finish to come
+                _, k = through_finishes.run_window(eng, self.cost)
+                if k:
+                    self.windows += 1
+                    self.rounds += k
+                    if eng.check_integrity:
+                        sched.kv.check_integrity()
+                return
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():
                 return
@@ -90,11 +104,14 @@ class FastForward:
         # One pass for the first finish (inclusive) and the decode batch's shape: n decodes,
         # each after its computed tokens (BatchShape.from_chunks of (1, c) per request).
         k = running[0].output_len - running[0].num_output_tokens
+        context = 0
         for r in running:
             left = r.output_len - r.num_output_tokens
             if left < k:
                 k = left
-        context = sum(r.num_computed_tokens for r in members)
+            context += r.num_computed_tokens
+        if members is not running:  # a group: each sample holds the same computed tokens
+            context = sum(r.num_computed_tokens for r in members)
         base = BatchShape(n, n, context + n, context + n)
         stop: str | None = None
         curve = self.cost.curve(base, BatchShape.decode_growth(n))
@@ -103,9 +120,11 @@ class FastForward:
             k_arrival = curve.steps_to_reach(arrival - eng.now)
             if k_arrival <= k:
                 k, stop = k_arrival, "arrival"
-        # Block allocations per round offset, and the internal fragmentation each one starts.
+        # The round of every block allocation in the window, and the internal fragmentation
+        # that the allocations of a round start (a last block that passes the final length).
         bs = kv.growth_block_size
-        events: dict[int, list[int]] = {}  # round -> [number of blocks, added internal frag]
+        cross: list[int] = []
+        frag: dict[int, int] = {}
         if bs is None:
             least = min(rooms)
             if least < k:
@@ -117,31 +136,22 @@ class FastForward:
                 computed = r.num_computed_tokens
                 if room == 0 and computed % bs:
                     return "copy-on-write"  # a shared partial last block: the scheduler copies
-                i = room + 1  # the round whose token needs a new block
-                slots = computed + room  # slots held now
+                slots = computed + room + bs  # slots held once the first new block is taken
                 final = r.prompt_len + r.output_len - 1  # max_kv_tokens
-                while i <= k:
-                    slots += bs
-                    ev = events.get(i)
-                    if ev is None:
-                        events[i] = ev = [0, 0]
-                    ev[0] += 1
+                for i in range(room + 1, k + 1, bs):  # round i's token needs a new block
+                    cross.append(i)
                     if slots >= final:
-                        ev[1] += slots - final
-                    i += bs
+                        frag[i] = frag.get(i, 0) + slots - final
+                    slots += bs
         free = getattr(kv, "num_free_blocks", None)
-        if events and free is not None:
-            used = 0
-            for i in sorted(events):
-                if i > k:
-                    break
-                used += events[i][0]
-                if used > free:
-                    k, stop = i - 1, "memory"  # that round needs a preemption: the scheduler's
-                    break
+        if free is not None and len(cross) > free:
+            cross.sort()
+            # The (free + 1)-th block is taken in round cross[free]: that round needs a
+            # preemption (the scheduler's); every earlier round's blocks fit.
+            k, stop = cross[free] - 1, "memory"
         if k <= 0:
             return stop or "empty"
-        self._advance(curve, k, {i: ev for i, ev in events.items() if i <= k}, queued, seq_ids)
+        self._advance(curve, k, cross, frag, queued, seq_ids)
         if queued:
             eng.admit_arrivals()
         return stop
@@ -152,6 +162,8 @@ class FastForward:
             return False
         if len(batch.chunks) != len(running) or not running:
             return False
+        if self.engine.scheduler.has_groups and any(r.beam is not None for r in running):
+            return False  # beam groups fork and free every round: never skipped in bulk
         # A decode computes a generated token (index >= prompt_len); a one-token prompt's
         # prefill also computes one token but is not a decode (policies may act on the first
         # decode round, e.g. static closes its batch).
@@ -164,7 +176,8 @@ class FastForward:
         self,
         curve: WindowCurve,
         k: int,
-        events: dict[int, list[int]],
+        cross: list[int],
+        frag: dict[int, int],
         waiting: bool,
         seq_ids: list[object],
     ) -> None:
@@ -180,12 +193,13 @@ class FastForward:
         tokens = (u.token_states + n) * total + n * moment
         alloc = u.allocated * total
         internal = u.internal_fragmentation * total
-        bs = kv.growth_block_size or 0
-        starts = curve.totals([i - 1 for i in events])  # time before round i
-        for (blocks, tail), before in zip(events.values(), starts, strict=True):
-            after = total - before  # rounds i..k
-            alloc += bs * blocks * after
-            internal += tail * after
+        # A block taken in round i is held for rounds i..k: total - (time before round i).
+        before = curve.totals([i - 1 for i in cross if i <= k])
+        alloc += (kv.growth_block_size or 0) * (len(before) * total - sum(before))
+        if frag:
+            rounds = [i for i in frag if i <= k]
+            for i, start in zip(rounds, curve.totals([i - 1 for i in rounds]), strict=True):
+                internal += frag[i] * (total - start)
         integrals = {
             "token_states": tokens,
             "reservation": alloc - tokens - internal,

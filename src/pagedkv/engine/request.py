@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from pagedkv.engine.beam import BeamState
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -60,6 +61,9 @@ class Request:
     # A forked sample's own sampled ids (a real executor's), keyed by its seq id; seq_ids[0]'s
     # are output_token_ids. A child starts with the parent's (the first token, shared).
     child_output_ids: dict[object, list[int]] = field(default_factory=dict)
+    # Beam search (``pagedkv.engine.beam``): the group's n = beam width sequences are beams
+    # that pick their parents after every token. None: independent samples (or one sequence).
+    beam: BeamState | None = None
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
@@ -72,7 +76,12 @@ class Request:
             planned_output_ids=spec.output_token_ids,
             parent_id=spec.parent_id,
             think_time=float(spec.think_time),
-            n=spec.n,
+            n=spec.beam_width if spec.beam_width > 1 else spec.n,
+            beam=(
+                BeamState(spec.beam_width, spec.beam_seed, spec.request_id)
+                if spec.beam_width > 1
+                else None
+            ),
         )
 
     def __post_init__(self) -> None:

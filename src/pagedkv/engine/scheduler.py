@@ -21,10 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
+from pagedkv.engine.beam import reorganise
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.config import CacheConfig
-from pagedkv.memory.interface import AllocStatus, BlockCopy, KVAllocator, SlotCopy, SwapMapping
+from pagedkv.memory.interface import (
+    AllocStatus,
+    BlockCopy,
+    CopyQueue,
+    KVAllocator,
+    SlotCopy,
+    SwapMapping,
+)
 
 
 class ScheduledChunk(NamedTuple):
@@ -78,6 +86,8 @@ class Scheduler(abc.ABC):
         # Seen any request with token ids / parallel samples? (the hot paths skip both checks)
         self.has_token_ids = False
         self.has_groups = False
+        # Allocators whose admission can copy a block (pinned prefixes' copy-on-write).
+        self._copy_queue = kv if isinstance(kv, CopyQueue) else None
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -90,8 +100,9 @@ class Scheduler(abc.ABC):
         self.has_token_ids |= req.token_ids is not None
         self.has_groups |= req.n > 1
         if req.n > 1 and not self.supports_groups:
+            what = "beams" if req.beam is not None else "parallel samples"
             return self._reject(
-                req, f"{req.n} parallel samples: the {self.name} policy runs one sequence each"
+                req, f"{req.n} {what}: the {self.name} policy runs one sequence each"
             )
         status = self.kv.can_allocate(
             req.seq_id, req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
@@ -102,11 +113,34 @@ class Scheduler(abc.ABC):
                 f"needs {req.max_kv_tokens} token slots; the KV cache of {self.kv.capacity} "
                 "slots can never hold it",
             )
+        if req.n > 1 and not self._group_fits(req):
+            return False
         self.waiting.append(req)
         return True
 
+    def _group_fits(self, req: Request) -> bool:
+        """Reject a group whose worst case can never fit: every sequence descends from the
+        prompt, so its full blocks are always shared, but past them n samples hold their own
+        blocks (and k beams may too, if no two share a parent for long). Without this a
+        group bigger than the pool is preempted and resumed forever (a deadlock)."""
+        bs = self.kv.growth_block_size
+        if bs is None:
+            return True
+        shared = req.prompt_len // bs
+        worst = shared + req.n * (-(-req.max_kv_tokens // bs) - shared)
+        if worst * bs <= self.kv.capacity:
+            return True
+        return self._reject(
+            req,
+            f"{req.n} sequences of up to {req.max_kv_tokens} tokens may need {worst} blocks of "
+            f"{bs} (the prompt's full blocks shared); the KV cache holds "
+            f"{self.kv.capacity // bs}",
+        )
+
     def finish(self, req: Request) -> list[Request]:
         """``req`` sampled its last token; returns the requests that complete now."""
+        if req.beam is not None and req.beam.pending is not None:
+            reorganise(req, self.kv)  # the last step's best beam becomes output_token_ids
         self._free_group(req)
         self.running.remove(req)
         req.status = RequestStatus.FINISHED
@@ -129,6 +163,13 @@ class Scheduler(abc.ABC):
     def schedule(self) -> SchedulerOutput:
         """Build one iteration's batch and allocate its slots."""
 
+    def decodes_next(self) -> bool:
+        """Would the next ``schedule()`` be a plain decode round: every running request
+        computes one token, nothing is admitted, resumed, prefilled or forked? Then the
+        fast-forward may start at once instead of after one such round has run. Only a policy
+        that knows its own rules can promise it; the default never does."""
+        return False
+
     # ----- helpers for policies -----------------------------------------------------------
     def _reject(self, req: Request, reason: str) -> bool:
         req.status = RequestStatus.REJECTED
@@ -137,8 +178,12 @@ class Scheduler(abc.ABC):
 
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
-        keys = [(r.arrival_time, r.request_id) for r in self.running]
-        self.running.insert(bisect.bisect(keys, (req.arrival_time, req.request_id)), req)
+        running = self.running
+        key = (req.arrival_time, req.request_id)
+        if not running or key > (running[-1].arrival_time, running[-1].request_id):
+            running.append(req)  # the usual case: a new arrival is the latest
+            return
+        running.insert(bisect.bisect(running, key, key=_arrival_key), req)
 
     def _chunk(self, req: Request, n: int) -> ScheduledChunk:
         return ScheduledChunk(req, n, req.num_computed_tokens)
@@ -162,6 +207,8 @@ class Scheduler(abc.ABC):
                 break
             self.waiting.popleft()
             req.num_computed_tokens = computed
+            if computed and self._copy_queue is not None:  # copies before the prompt's writes
+                out.copies.extend(self._copy_queue.take_copies())
             self._start_running(req)
             out.chunks.append(self._chunk(req, n - computed))
             used += n - computed
@@ -191,7 +238,7 @@ class Scheduler(abc.ABC):
                 return True
             if not self.preempts:
                 return False  # no room and no preemption: the request stalls this iteration
-            victim = self.running[-1]  # the most recently arrived (vLLM's victim choice)
+            victim = self._victim(req, out)  # the most recently arrived, not yet scheduled
             self._preempt(victim, out)
             if victim is req:
                 return False
@@ -206,8 +253,14 @@ class Scheduler(abc.ABC):
             seq j:  | prompt (shared) | out j ...   (copy-on-write of the shared last block)
         """
         kv = self.kv
+        beam = req.beam
+        if beam is not None and req.num_output_tokens > beam.applied:
+            # Beam search: a token was sampled since the group last ran, so the beams pick
+            # their parents (the first time, all k fork from the prompt); forks and frees
+            # only, the copy-on-write copies come with the appends below.
+            reorganise(req, kv)
         while True:
-            if req.num_output_tokens and len(req.seq_ids) < req.n:  # the prefill is done
+            if beam is None and req.num_output_tokens and len(req.seq_ids) < req.n:
                 child = (req.request_id, len(req.seq_ids))
                 copies = kv.fork(req.seq_ids[0], child, final_len=req.max_kv_tokens)
                 if copies is not None:
@@ -216,14 +269,12 @@ class Scheduler(abc.ABC):
                     req.child_output_ids[child] = list(req.output_token_ids)
                     continue
             elif kv.can_append_all(req.seq_ids, n):
-                for seq_id in req.seq_ids:
-                    copies = kv.append_slots(seq_id, n)
-                    assert copies is not None, "can_append_all promised the room"
-                    out.copies.extend(copies)
+                # one bulk call (the room is checked): the same copies, in the same order
+                out.copies.extend(kv.append_slots_all(req.seq_ids, n))
                 return True
             if not self.preempts:
                 return False  # no room: the group stalls this iteration
-            victim = self.running[-1]
+            victim = self._victim(req, out)
             self._preempt(victim, out)
             if victim is req:
                 return False
@@ -231,6 +282,21 @@ class Scheduler(abc.ABC):
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         """Overridden by preempting policies."""
         raise NotImplementedError(f"{self.name} does not preempt")
+
+    def _victim(self, req: Request, out: SchedulerOutput) -> Request:
+        """Who makes room for ``req``: the most recently arrived running request that this
+        step has not scheduled yet, else ``req`` itself (vLLM v0's and v1's rule: victims come
+        off the end of the queue not yet processed). One already scheduled holds slots for
+        tokens it has not computed; preempting it would drop its chunk but not those slots:
+        swapped, its table would run ahead of its tokens (and key a block by the wrong ids);
+        recomputed, the blocks its chunk filled would stay cached under keys whose K/V was
+        never written, for the next prefix hit to read. (With chunked prefill the decodes are
+        scheduled before the prefill chunks of older requests, so this happens.)"""
+        scheduled = {c.request for c in out.chunks}  # only when preempting: rare
+        for victim in reversed(self.running):
+            if victim is req or victim not in scheduled:
+                return victim
+        return req
 
     def _prefill_running(self, out: SchedulerOutput, budget: int) -> int:
         """Chunks of running requests still prefilling (chunked prefill), within ``budget``."""
@@ -284,6 +350,10 @@ class Scheduler(abc.ABC):
         out.copies.extend(self.kv.append_slots_all(seq_ids, 1, ids))
         out.chunks.extend([ScheduledChunk(r, 1, r.num_computed_tokens) for r in running])
         return len(running)
+
+
+def _arrival_key(r: Request) -> tuple[float, int]:
+    return (r.arrival_time, r.request_id)
 
 
 def new_token_ids(running: Sequence[Request], n: int) -> list[tuple[int, ...] | None] | None:

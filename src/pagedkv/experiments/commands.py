@@ -18,6 +18,8 @@ NAMES = (  # help text only (the registry, which imports every experiment, is th
     "prefix-sharing",
     "shared-prefix",
     "chat",
+    "eviction",
+    "sampling",
 )
 """For the help text only; the registry (``registry.EXPERIMENTS``) is the truth."""
 

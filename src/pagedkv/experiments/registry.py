@@ -8,12 +8,14 @@ from pagedkv.errors import ConfigError
 from pagedkv.experiments import (
     block_size,
     chat,
+    eviction,
     fragmentation,
     lesson,
     memory_pressure,
     preemption,
     prefix_sharing,
     rate_latency,
+    sampling,
     shared_prefix,
 )
 
@@ -22,6 +24,8 @@ EXPERIMENTS: dict[str, ModuleType] = {
     for m in (lesson, fragmentation, block_size, memory_pressure, rate_latency, preemption)
 }
 EXPERIMENTS.update({m.NAME: m for m in (prefix_sharing, shared_prefix, chat)})  # sharing
+EXPERIMENTS[eviction.NAME] = eviction  # sharing: the prefix cache's eviction policies
+EXPERIMENTS[sampling.NAME] = sampling  # sharing: parallel sampling and beam search
 
 
 def get_experiment(name: str) -> ModuleType:

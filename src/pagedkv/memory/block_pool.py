@@ -12,6 +12,7 @@ The free queue is kept in eviction order (head = next block handed out)::
 
 An ``OrderedDict`` gives all three in O(1) (it is a hash map over a doubly linked list), the
 same structure as the free-block queue of vLLM v1, without hand-writing the list.
+This is the LRU eviction policy; other policies subclass it (``pagedkv.memory.eviction``).
 Freeing a sequence's blocks in reverse order puts a chain's tail nearer the head, so among
 blocks freed together the tail of a prefix is evicted first and the shareable head survives.
 """
@@ -19,6 +20,7 @@ blocks freed together the tail of a prefix is evicted first and the shareable he
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import itemgetter
 
 from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.prefix_hash import BlockHash
@@ -97,6 +99,10 @@ class BlockPool:
             self._num_cached_free += 1
         return True
 
+    def release(self, blocks: list[int]) -> list[int]:
+        """``decref`` each block, in the order given; returns those that became free."""
+        return [b for b in blocks if self.decref(b)]
+
     def cache_block(self, block: int, key: BlockHash) -> bool:
         """Register a full, used block under ``key``; False if caching is off or the key is
         already held by another block (the first one keeps it)."""
@@ -127,7 +133,8 @@ class BlockPool:
         if self.num_refs != sum(self.ref_counts):
             raise IntegrityError(f"reference total {self.num_refs} != {sum(self.ref_counts)}")
         free = {b for b, r in enumerate(self.ref_counts) if r == 0}
-        if set(self._free) != free or len(self._free) != len(free):
+        queue = self.free_blocks()  # a policy may keep more than the one queue (eviction.py)
+        if set(queue) != free or len(queue) != len(free) or self.num_free != len(free):
             raise IntegrityError("free queue differs from the blocks with reference count 0")
         if self.num_free + self.num_used != self.num_blocks:
             raise IntegrityError("free + used != total")
@@ -142,3 +149,79 @@ class BlockPool:
             raise IntegrityError("cached-free counter is off")
         if not self.enable_caching and self._cache:
             raise IntegrityError("cache entries with caching disabled")
+
+
+class UncachedBlockPool(BlockPool):
+    """A pool without a prefix cache (caching off, the default, and every CPU pool).
+
+    Without keys every free block is alike and ``BlockPool`` puts each freed block at the head
+    of its queue, so the queue is a LIFO stack. Here it is one: a list whose end is the head,
+    cheaper than the ``OrderedDict`` per allocation and free, handing out the very same blocks
+    in the same order (a differential test checks).
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(0)
+        self.num_blocks = num_blocks
+        self.ref_counts = [0] * num_blocks
+        self.block_hash = [None] * num_blocks
+        self._stack = list(range(num_blocks - 1, -1, -1))  # head (next out) last: 0 goes first
+
+    @property
+    def num_free(self) -> int:
+        return len(self._stack)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._stack)
+
+    def allocate(self) -> int:
+        if not self._stack:
+            raise PagedKVError("block pool exhausted: check num_free before allocating")
+        block = self._stack.pop()
+        self.ref_counts[block] = 1
+        self.num_refs += 1
+        return block
+
+    def incref(self, block: int) -> None:
+        if self.ref_counts[block] == 0:
+            self._stack.remove(block)  # O(n), but only a cache hit revives a free block
+        self.ref_counts[block] += 1
+        self.num_refs += 1
+
+    def decref(self, block: int) -> bool:
+        refs = self.ref_counts
+        ref = refs[block]
+        if ref <= 0:
+            raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
+        refs[block] = ref - 1
+        self.num_refs -= 1
+        if ref > 1:
+            return False
+        self._stack.append(block)
+        return True
+
+    def release(self, blocks: list[int]) -> list[int]:
+        refs = self.ref_counts
+        stack = self._stack
+        if len(blocks) > 1 and itemgetter(*blocks)(refs).count(1) == len(blocks):
+            # The usual chain: every block held once (nothing shared), all become free.
+            for block in blocks:
+                refs[block] = 0
+            stack.extend(blocks)
+            self.num_refs -= len(blocks)
+            return list(blocks)
+        freed = []
+        for block in blocks:
+            ref = refs[block]
+            if ref <= 0:
+                raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
+            refs[block] = ref - 1
+            if ref == 1:
+                stack.append(block)
+                freed.append(block)
+        self.num_refs -= len(blocks)
+        return freed
+
+    def free_blocks(self) -> list[int]:
+        return self._stack[::-1]

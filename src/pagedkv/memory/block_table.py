@@ -144,6 +144,6 @@ class BlockTable:
 
         Returns the blocks that became free. The table is left empty of blocks.
         """
-        freed = [b for b in reversed(self.blocks) if pool.decref(b)]
+        freed = pool.release(self.blocks[::-1])
         self.blocks = []
         return freed

@@ -12,6 +12,19 @@ from pagedkv.errors import ConfigError
 from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
 
 
+class EvictionPolicy(enum.Enum):
+    """Which free cached block the prefix cache gives up when an allocation needs one.
+
+    Free blocks that hold no cached prefix are always handed out first, under every policy.
+    """
+
+    LRU = "lru"
+    """The least recently freed cached block (vLLM's policy)."""
+    LFU = "lfu"
+    """The cached block with the fewest uses (references taken since it was filled: its
+    allocation, every prefix hit, fork or swap-in reuse), ties by least recently freed."""
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     """The paged KV cache: a pool of GPU blocks, an optional CPU swap pool, prefix caching."""
@@ -27,7 +40,17 @@ class CacheConfig:
     enable_prefix_caching: bool = help_field(
         False,
         "Cache full blocks by a hash of their tokens and prefix; freed blocks stay cached "
-        "until evicted least-recently-used.",
+        "until evicted (see eviction_policy).",
+    )
+    eviction_policy: EvictionPolicy = help_field(
+        EvictionPolicy.LRU,
+        "Which free cached block prefix caching evicts first: 'lru' (least recently freed) or "
+        "'lfu' (fewest uses, ties least recently freed); no effect without prefix caching.",
+    )
+    enable_pinned_prefixes: bool = help_field(
+        False,
+        "Explicit prefix sharing: registered prefixes get pinned blocks, shared by reference "
+        "count (partial last block included, copied on write); excludes enable_prefix_caching.",
     )
 
     def __post_init__(self) -> None:
@@ -36,6 +59,20 @@ class CacheConfig:
         check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
         check_fraction("watermark", self.watermark)
         check_bool("enable_prefix_caching", self.enable_prefix_caching)
+        # Accept the policy's name as a string (from YAML or the CLI) on a frozen dataclass.
+        object.__setattr__(
+            self,
+            "eviction_policy",
+            check_choice("eviction_policy", self.eviction_policy, EvictionPolicy),
+        )
+        check_bool("enable_pinned_prefixes", self.enable_pinned_prefixes)
+        if self.enable_pinned_prefixes and self.enable_prefix_caching:
+            raise ConfigError(
+                "enable_pinned_prefixes",
+                True,
+                "excludes enable_prefix_caching: choose one sharing mechanism "
+                "(explicit pinned prefixes, or automatic prefix caching)",
+            )
 
     @property
     def watermark_blocks(self) -> int:

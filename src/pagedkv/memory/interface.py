@@ -52,6 +52,17 @@ class SwapMapping(NamedTuple):
 
 
 @runtime_checkable
+class CopyQueue(Protocol):
+    """An allocator whose ``allocate`` may copy blocks (explicit pinned prefixes copy a shared
+    partial last block before the prompt writes into it): the scheduler hands what
+    ``take_copies`` returns to the executor with the admission's iteration."""
+
+    def take_copies(self) -> list[BlockCopy]:
+        """The copies made since the last call (each returned once)."""
+        ...
+
+
+@runtime_checkable
 class KVAllocator(Protocol):
     """What the paged manager and the contiguous allocators both offer."""
 

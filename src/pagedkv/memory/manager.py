@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
-from pagedkv.memory.block_pool import BlockPool
+from pagedkv.memory.block_pool import UncachedBlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.eviction import gpu_pool
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
+from pagedkv.memory.pinned import PinnedPrefixMixin
 from pagedkv.memory.prefix_hash import BlockHash, hash_block, hash_blocks
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
@@ -65,17 +67,18 @@ def _to_salt(cache_salt: str | bytes | None) -> bytes | None:
     return cache_salt.encode() if isinstance(cache_salt, str) else cache_salt
 
 
-class KVCacheManager(SwapMixin):
+class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     """Paged KV memory: a GPU block pool, a CPU swap pool, one block table per sequence.
 
-    Swapping (``swap_out``, ``swap_in`` and their can-halves) lives in ``SwapMixin``.
+    Swapping (``swap_out``, ``swap_in`` and their can-halves) lives in ``SwapMixin``; explicit
+    pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``.
     """
 
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
         self.block_size = config.block_size
-        self.gpu = BlockPool(config.num_gpu_blocks, enable_caching=config.enable_prefix_caching)
-        self.cpu = BlockPool(config.num_cpu_blocks)
+        self.gpu = gpu_pool(config)  # the eviction policy's pool (plain LRU by default)
+        self.cpu = UncachedBlockPool(config.num_cpu_blocks)
         self._tables: dict[SeqId, BlockTable] = {}  # sequences whose blocks are on the GPU
         self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
         self._token_slots = 0  # distinct used GPU slots holding a token
@@ -85,6 +88,7 @@ class KVCacheManager(SwapMixin):
         self._cow_copies = 0
         self._swapped_out = 0
         self._swapped_in = 0
+        self._init_pins()
 
     # ----- queries -----------------------------------------------------------------------
     @property
@@ -145,7 +149,14 @@ class KVCacheManager(SwapMixin):
         """GPU blocks that sharing saves now: block references from sequences (what each
         would hold alone) minus blocks in use. Forks, parallel samples and prefix hits all
         count; 0 when nothing is shared."""
-        return self.gpu.num_refs - self.gpu.num_used
+        # A pin is a reference but not a sequence's: an unused pinned block saves -1.
+        return self.gpu.num_refs - self.gpu.num_used - self._num_pinned_blocks
+
+    @property
+    def all_blocks_private(self) -> bool:
+        """Does every used GPU block have exactly one reference (no fork, prefix hit or pinned
+        prefix shared)? Then freeing a sequence frees each of its blocks."""
+        return self.gpu.num_refs == self.gpu.num_used
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
@@ -178,7 +189,7 @@ class KVCacheManager(SwapMixin):
             self.capacity,
             self._token_slots,
             self._tails.reservation,
-            self._tails.internal,
+            self._tails.internal + self._pinned_empty_slots,  # pinned partial blocks' empties
             waiting_for_memory,
         )
 
@@ -223,12 +234,12 @@ class KVCacheManager(SwapMixin):
         LATER: it would leave fewer than the watermark's blocks free.
         """
         self._check_new(seq_id, num_tokens, token_ids)
+        hit = self._hit(num_tokens, token_ids, cache_salt)
         needed = self.blocks_for(num_tokens)
-        total = self.gpu.num_blocks
+        total = self.gpu.num_blocks - self._pinned_apart(hit.num_computed_tokens)
         wm = self.config.watermark_blocks
         if total - needed < wm or (final_len is not None and self.blocks_for(final_len) > total):
             return AllocStatus.NEVER
-        hit = self._hit(num_tokens, token_ids, cache_salt)
         if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
             return AllocStatus.LATER
         return AllocStatus.OK
@@ -262,10 +273,15 @@ class KVCacheManager(SwapMixin):
             self.gpu.incref(block)
         table.blocks = list(hit.blocks)
         table.num_tokens = hit.num_computed_tokens
-        table.append_slots(self.gpu, num_tokens - hit.num_computed_tokens)
+        copies = table.append_slots(self.gpu, num_tokens - hit.num_computed_tokens)
         self._token_slots += num_tokens - hit.num_computed_tokens
+        if copies:  # a pinned partial last block, copied before the prompt writes into it
+            self._token_slots += hit.num_computed_tokens % self.block_size
+            self._cow_copies += len(copies)
+            self._pending_copies.extend(copies)
         self._register_keys(table)
-        if token_ids is not None and self.config.enable_prefix_caching:
+        sharing = self.config.enable_prefix_caching or self.config.enable_pinned_prefixes
+        if token_ids is not None and sharing:
             self._prefix_queries += num_tokens
             self._prefix_hits += hit.num_computed_tokens
         self._tables[seq_id] = table
@@ -352,11 +368,12 @@ class KVCacheManager(SwapMixin):
         tables = self._tables
         pool = self.gpu
         refs = pool.ref_counts
-        tails = self._tails
+        take = pool.allocate
         general = self.config.enable_prefix_caching
         copies: list[BlockCopy] = []
         same: list[int] = []  # last blocks that stay partial: only their fill moves
-        fast = 0
+        grown: list[tuple[SeqId, BlockTable, int]] = []  # took blocks or filled the last one
+        free = pool.num_free
         try:
             for i, seq_id in enumerate(seq_ids):
                 table = tables.get(seq_id) or self._gpu_table(seq_id)
@@ -367,28 +384,30 @@ class KVCacheManager(SwapMixin):
                     if done is None:
                         raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
                     copies.extend(done)
+                    free = pool.num_free
                     continue
                 old = table.num_tokens
                 new = old + num_tokens
                 fill = old % bs
-                final = table.final_len
-                if fill and fill + num_tokens < bs and (final is None or new <= final):
-                    table.num_tokens = new
-                    same.append(blocks[-1])
-                    fast += 1
-                    continue
+                if fill and fill + num_tokens < bs:
+                    final = table.final_len
+                    if final is None or new <= final:
+                        table.num_tokens = new
+                        same.append(blocks[-1])
+                        continue
                 need = -(-new // bs) - len(blocks)
                 if need:
-                    if need > pool.num_free:
+                    if need > free:
                         raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+                    free -= need
                     for _ in range(need):
-                        blocks.append(pool.allocate())
+                        blocks.append(take())
                 table.num_tokens = new
-                tails.grow(seq_id, table, old)
-                fast += 1
+                grown.append((seq_id, table, old))
         finally:  # the books stay whole even if a sequence had no room
-            tails.fill_in_place(same, num_tokens)
-            self._token_slots += num_tokens * fast
+            self._tails.fill_in_place(same, num_tokens)
+            self._tails.grow_all(grown)
+            self._token_slots += num_tokens * (len(same) + len(grown))
         return copies
 
     def fork(
@@ -425,6 +444,8 @@ class KVCacheManager(SwapMixin):
             for table in tables.values():
                 for b in table.blocks:
                     expected[b] += 1
+            if pool is self.gpu:
+                self._add_pin_refs(expected)
             pool.check_integrity(expected)
         slots: dict[int, int] = {}
         for seq_id, table in {**self._tables, **self._swapped}.items():
@@ -442,6 +463,7 @@ class KVCacheManager(SwapMixin):
                             f"block {b} is cached under a key its tokens do not give"
                         )
             self._check_keys(seq_id, table)
+        self._add_pin_slots(slots)
         if sum(slots.values()) != self._token_slots:
             raise IntegrityError(
                 f"token slots: books {self._token_slots}, tables {sum(slots.values())}"
@@ -488,12 +510,18 @@ class KVCacheManager(SwapMixin):
     ) -> PrefixHit:
         if token_ids is None:
             return PrefixHit((), 0)
+        if self._pins:  # explicit mode: a registered prefix, partial last block included
+            pinned = self.match_prefix(token_ids, num_tokens)
+            if pinned is None:
+                return PrefixHit((), 0)
+            return PrefixHit(pinned.blocks, pinned.num_tokens)
         return self.lookup_prefix(token_ids[:num_tokens], cache_salt=cache_salt)
 
     def _free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue entries an allocation consumes: every block but hits already in use."""
         shared = sum(1 for b in hit.blocks if self.gpu.ref_counts[b] > 0)
-        return self.blocks_for(num_tokens) - shared
+        cow = int(hit.num_computed_tokens % self.block_size != 0)  # a pinned partial block
+        return self.blocks_for(num_tokens) - shared + cow
 
     def _register_keys(self, table: BlockTable) -> None:
         """Key the blocks that became full with known tokens (only with prefix caching on)."""

@@ -135,6 +135,41 @@ class TailBooks:
         self.reservation += want - fill
         self.internal += bs - want
 
+    def grow_all(self, grown: list[tuple[SeqId, BlockTable, int]]) -> None:
+        """``grow(seq_id, table, old_tokens)`` for each entry (a bulk append's books), where
+        each sequence left its old partial last block full or had none (the bulk append moves
+        those that stay in their block with ``fill_in_place``): the same steps as ``grow``,
+        with the sums kept in locals."""
+        bs = self.block_size
+        wants, fills = self._wants, self._fill
+        reservation = internal = 0
+        for seq_id, table, old in grown:
+            new = table.num_tokens
+            old_fill = old % bs
+            if old_fill:
+                if old_fill + new - old < bs:  # stayed in its block after all: the general way
+                    self.reservation += reservation
+                    self.internal += internal
+                    reservation = internal = 0
+                    self.grow(seq_id, table, old)
+                    continue
+                block = table.blocks[(old - 1) // bs]  # the old last block, now full
+                old_want = wants.pop(block)[seq_id]
+                del fills[block]
+                reservation -= old_want - old_fill
+                internal -= bs - old_want
+            fill = new % bs
+            if fill:
+                final = table.final_len
+                want = bs if final is None else min(bs, max(final - new + fill, fill))
+                block = table.blocks[-1]
+                wants[block] = {seq_id: want}
+                fills[block] = fill
+                reservation += want - fill
+                internal += bs - want
+        self.reservation += reservation
+        self.internal += internal
+
     def fill_in_place(self, blocks: list[int], num_tokens: int) -> None:
         """``num_tokens`` more tokens in each of these unshared partial last blocks, none of
         which fills up or passes its sequence's final length F. A block's want is then

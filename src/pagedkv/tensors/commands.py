@@ -22,6 +22,7 @@ _FLAGS = {  # GenerateConfig field -> argparse type (None: a switch)
     "enable_chunked_prefill": None,
     "max_num_batched_tokens": int,
     "temperature": float,
+    "num_beams": int,
     "dtype": str,
     "seed": int,
 }

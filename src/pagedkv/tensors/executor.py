@@ -13,7 +13,9 @@ interface (``execute(batch) -> StepResult``). One iteration:
 2. one flattened model input from ``batch.chunks``: each chunk's ``num_new_tokens`` tokens after
    its ``num_cached_tokens``, with slots from the sequence's block table in the allocator;
 3. one forward pass, then one sampled token for each chunk that catches up with its request
-   (greedy, or from a ``torch.Generator`` seeded explicitly).
+   (greedy, or from a ``torch.Generator`` seeded explicitly); a beam search group's k best
+   (beam, token) candidates go to its request (``beam_step``), for the scheduler to fork and
+   free the beams before the group's next step (``pagedkv.engine.beam``).
 
 The duration is measured wall time (``time.perf_counter``) of all of it; the sampled tokens
 come back keyed by ``seq_id`` and the engine appends them to ``output_token_ids``.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pagedkv.engine.beam import Candidate
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import StepResult
@@ -125,6 +128,8 @@ class TorchExecutor:
             logits = self.model(inp, cache)
             tokens = self.sample(logits)
             sampled = {seq: int(t) for seq, t in zip(samplers, tokens.tolist(), strict=True)}
+            if any(c.request.beam is not None for c in batch.chunks):
+                self.beam_step(batch.chunks, samplers, logits)
             self.num_tokens += int(inp.token_ids.numel())
         self.num_steps += 1
         return StepResult(self.clock() - start, sampled)
@@ -175,6 +180,30 @@ class TorchExecutor:
             logits_indices=torch.tensor(logit_rows, dtype=torch.long, device=device),
         )
         return inp, samplers
+
+    def beam_step(
+        self, chunks: Iterable[ScheduledChunk], samplers: list[object], logits: torch.Tensor
+    ) -> None:
+        """Beam search for every beam group that sampled: the k best (beam, token) candidates
+        by cumulative log-prob, handed to the request (``beam.pending``) for the scheduler to
+        apply when the group next runs (it forks and frees; the memory manager keeps the
+        books). The first step has one beam, the prompt: its k best tokens start the k beams.
+        Each beam's ``sampled`` token is a placeholder the reorganisation replaces."""
+        rows = {seq: i for i, seq in enumerate(samplers)}
+        for chunk in chunks:
+            req, state = chunk.request, chunk.request.beam
+            if state is None or req.seq_ids[0] not in rows:
+                continue
+            index = torch.tensor([rows[s] for s in req.seq_ids], device=logits.device)
+            logp = torch.log_softmax(logits.index_select(0, index), dim=-1)
+            scores = torch.tensor(state.scores, dtype=logp.dtype, device=logp.device)
+            total = (logp + scores[:, None]).flatten()
+            best = torch.topk(total, state.width)  # sorted, best first
+            vocab = logp.shape[1]
+            state.pending = [
+                Candidate(i // vocab, i % vocab, v)
+                for i, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)
+            ]
 
     def sample(self, logits: torch.Tensor) -> torch.Tensor:
         """One token per row: argmax, or a draw from softmax(logits / temperature)."""

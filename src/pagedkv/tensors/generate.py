@@ -4,7 +4,8 @@ A decoder with random weights from a seed (a built-in tiny GPT-2 or Llama, or th
 Hugging Face ``config.json``), prompts from a file (one per line, space-separated token ids) or
 random ones, and the simulator's Engine and Scheduler driving the ``TorchExecutor``. Every
 request generates exactly ``max_new_tokens`` tokens (EOS is not special, as in HF ``generate``
-with ``min_new_tokens = max_new_tokens``).
+with ``min_new_tokens = max_new_tokens``). With ``num_beams`` > 1 each prompt runs a beam
+search through the engine (``pagedkv.engine.beam``) and its output is the best beam.
 
 The result's ``outputs`` (token ids, preemption counts) depend only on the config; the timing
 (tokens per second, measured) is reported next to it and left out of the JSON file, so the same
@@ -88,10 +89,13 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
     )
     num_blocks = config.num_gpu_blocks
     if num_blocks is None:
-        num_blocks = sum(cdiv(len(p) + config.max_new_tokens, config.block_size) for p in prompts)
+        num_blocks = config.num_beams * sum(
+            cdiv(len(p) + config.max_new_tokens, config.block_size) for p in prompts
+        )
     model = Decoder.random(shape, seed=config.seed, dtype=DTYPES[config.dtype])
     specs = [
-        RequestSpec(i, len(p), config.max_new_tokens, token_ids=p) for i, p in enumerate(prompts)
+        RequestSpec(i, len(p), config.max_new_tokens, token_ids=p, beam_width=config.num_beams)
+        for i, p in enumerate(prompts)
     ]
     engine = build_real_engine(
         model,

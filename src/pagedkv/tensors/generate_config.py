@@ -33,6 +33,9 @@ class GenerateConfig:
     enable_chunked_prefill: bool = help_field(False, "Chunked prefill (vLLM v1).")
     max_num_batched_tokens: int | None = help_field(None, "Token budget of one iteration.")
     temperature: float = help_field(0.0, "0: greedy; else seeded sampling at this temperature.")
+    num_beams: int = help_field(
+        1, "Beam search width per prompt (>= 1; 1: none); the output is the best beam."
+    )
     dtype: str = help_field("float32", "float32, float64 or bfloat16.")
     seed: int = help_field(0, "Seed of the weights, the random prompts and the sampling.")
 
@@ -57,6 +60,7 @@ class GenerateConfig:
         if self.dtype not in DTYPE_NAMES:
             raise ConfigError("dtype", self.dtype, "must be one of " + ", ".join(DTYPE_NAMES))
         check_int("seed", self.seed, 0)
+        check_int("num_beams", self.num_beams, 1)
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
             raise ConfigError("temperature", t, "must be a number >= 0 (0: greedy)")

@@ -22,7 +22,9 @@ the seed:
    max_model_len - prompt. Sessions can therefore have fewer than T turns.
 
 Requests are numbered in order, session by session and turn by turn; ``extra`` carries
-``session_id`` and ``turn``.
+``session_id`` and ``turn``, with a system prompt ``prefix_id`` 0 and its ``prefix_len``, and
+for a follow-up its ``think_time``: written as a trace (``write_trace``) and read back as kind
+'trace', the sessions rebuild the same requests (``token_ids.chain_sessions``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
     )
     starts = start_times(config, sessions)
     system = prefix_ids(0, config.prefix_len) if config.prefix_len else ()
+    system_columns = (("prefix_id", "0"), ("prefix_len", str(len(system)))) if system else ()
     max_len = config.max_model_len
     specs: list[RequestSpec] = []
     for s in range(sessions):
@@ -68,17 +71,22 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
             output = min(outputs[i], max_len - prompt)
             ids = history + own_ids(r, 0, message)
             out_ids = own_ids(r, message, output)
+            think = float(thinks[i]) if parent is not None else 0.0
+            # the trace columns that rebuild this request (token_ids.chain_sessions)
+            extra = (("session_id", str(s)), ("turn", str(t)), *system_columns)
+            if parent is not None:
+                extra += (("think_time", repr(think)),)
             specs.append(
                 RequestSpec(
                     request_id=r,
                     prompt_len=prompt,
                     output_len=output,
                     arrival_time=starts[s],
-                    extra=(("session_id", str(s)), ("turn", str(t))),
+                    extra=extra,
                     token_ids=ids,
                     output_token_ids=out_ids,
                     parent_id=parent,
-                    think_time=float(thinks[i]) if parent is not None else 0.0,
+                    think_time=think,
                 )
             )
             history = ids + out_ids

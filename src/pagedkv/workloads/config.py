@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_choice, check_int, help_field
+from pagedkv.validation import check_bool, check_choice, check_int, help_field
 from pagedkv.workloads.arrivals import Arrival, check_rate
 
 DEFAULT_NUM_REQUESTS = 1000
@@ -162,6 +162,18 @@ class WorkloadConfig:
         "Parallel samples per request (>= 1): n sequences share the prompt's K/V and fork "
         "after the prefill (paged policies only; contiguous ones refuse such requests).",
     )
+    beam_width: int = help_field(
+        1,
+        "Beam search width per request (>= 1; 1: none): k beams share the prompt's K/V and "
+        "fork or die after every token by a seeded survival model (paged policies only; "
+        "exclusive with num_samples).",
+    )
+    samples_as_requests: bool = help_field(
+        False,
+        "Run each request's num_samples / beam_width sequences as that many independent "
+        "requests, each with the full prompt (nothing shared): the no-sharing baseline that "
+        "contiguous policies can run.",
+    )
     think_time_mean: float | None = help_field(
         None,
         "Mean seconds between a turn's answer and the next turn (exponential, >= 0; kind "
@@ -175,6 +187,21 @@ class WorkloadConfig:
             object.__setattr__(self, "arrival", check_choice("arrival", self.arrival, Arrival))
         check_int("seed", self.seed, 0)
         check_int("num_samples", self.num_samples, 1)
+        check_int("beam_width", self.beam_width, 1)
+        check_bool("samples_as_requests", self.samples_as_requests)
+        if self.samples_as_requests and kind is WorkloadKind.CHAT:
+            raise ConfigError(
+                "samples_as_requests",
+                True,
+                "must be false for kind 'chat' (a turn's follow-up names one request)",
+            )
+        if self.num_samples > 1 and self.beam_width > 1:
+            raise ConfigError(
+                "beam_width",
+                self.beam_width,
+                f"must be 1 when num_samples = {self.num_samples} (parallel sampling and beam "
+                "search are exclusive)",
+            )
         check_int("max_model_len", self.max_model_len, 2)
         if self.num_requests is not None:
             check_int("num_requests", self.num_requests, 1)

@@ -72,9 +72,17 @@ def make_workload(config: WorkloadConfig) -> list[RequestSpec]:
     """The requests of ``config``: sorted by arrival time, ids 0..n-1 (see the module docstring).
 
     Deterministic: the same config gives the same list, and the lengths do not depend on the
-    arrival process. Each request asks for ``num_samples`` parallel samples.
+    arrival process. Each request asks for ``num_samples`` parallel samples, or a beam search
+    of ``beam_width`` beams (its simulated choices seeded from ``seed`` and the request id).
     """
     requests = _make_requests(config)
+    if config.samples_as_requests:
+        return as_requests(requests, max(config.num_samples, config.beam_width))
+    if config.beam_width > 1:
+        return [
+            dataclasses.replace(r, beam_width=config.beam_width, beam_seed=config.seed)
+            for r in requests
+        ]
     if config.num_samples == 1:
         return requests
     return [dataclasses.replace(r, n=config.num_samples) for r in requests]
@@ -130,3 +138,14 @@ def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
         DEFAULT_NUM_REQUESTS if n is None else n, config.seed
     )
     return [RequestSpec(i, p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+
+
+def as_requests(requests: list[RequestSpec], width: int) -> list[RequestSpec]:
+    """Each request as ``width`` independent requests with the same prompt, output length and
+    arrival (the no-sharing baseline of a group), renumbered in order: request i becomes
+    ``i * width .. i * width + width - 1``."""
+    return [
+        dataclasses.replace(r, request_id=r.request_id * width + j)
+        for r in requests
+        for j in range(width)
+    ]

@@ -38,6 +38,12 @@ class RequestSpec:
     n: int = 1
     """Parallel samples: n sequences share the prompt's K/V and fork after the prefill, each
     generating ``output_len`` tokens (they advance in lockstep)."""
+    beam_width: int = 1
+    """Beam search of width k (> 1): k beams share the prompt's K/V, and after every token each
+    new beam picks a parent among the current ones (``pagedkv.engine.beam``); exclusive with
+    ``n``."""
+    beam_seed: int = 0
+    """The run's seed for the simulated beam choices (with the request id: one stream each)."""
 
     def __post_init__(self) -> None:
         check_int("request_id", self.request_id, 0)
@@ -47,6 +53,14 @@ class RequestSpec:
             raise ConfigError("arrival_time", self.arrival_time, "must be a number >= 0")
         _check_extra(self.extra)
         check_int("n", self.n, 1)
+        check_int("beam_width", self.beam_width, 1)
+        check_int("beam_seed", self.beam_seed, 0)
+        if self.n > 1 and self.beam_width > 1:
+            raise ConfigError(
+                "beam_width",
+                self.beam_width,
+                f"must be 1 when n = {self.n} (parallel sampling and beam search are exclusive)",
+            )
         _check_ids("token_ids", self.token_ids, self.prompt_len, "prompt_len")
         _check_ids("output_token_ids", self.output_token_ids, self.output_len, "output_len")
         if self.parent_id is not None:

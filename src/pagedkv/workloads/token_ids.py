@@ -21,7 +21,9 @@ A trace with ``prefix_id`` and ``prefix_len`` columns gets the same ids (``with_
 prefix caching.
 
 A chat turn's prompt is the previous turn's prompt, then the previous turn's output ids, then
-its own new message: the whole previous conversation, id for id (``chat.py``).
+its own new message: the whole previous conversation, id for id (``chat.py``). A trace with a
+``session_id`` column gets the same chaining (``chain_sessions``): its turns become closed-loop
+follow-ups whose ids start with the conversation before them.
 
 Ids fit an int64 (the block hash packs them as such): the largest is about (2 n + 2) * 2^24,
 under 2^63 for any n below 2^37 requests.
@@ -30,6 +32,7 @@ under 2^63 for any n below 2^37 requests.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 
@@ -64,15 +67,19 @@ def owner_of(token_id: int) -> tuple[str, int]:
 
 
 def with_prefix_ids(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
-    """Token ids for a trace's requests from its ``prefix_id`` and ``prefix_len`` columns.
+    """Token ids for a trace's requests from its ``prefix_id`` and ``prefix_len`` columns, then
+    its sessions chained (``chain_sessions``, when it has a ``session_id`` column).
 
     A request whose ``prefix_id`` is an integer k >= 0 starts with shared prefix k's first
     min(prefix_len, prompt_len - 1) ids (a prompt cut shorter than its prefix keeps the part that
     fits); one whose ``prefix_id`` is ``private`` or absent has ids of its own only. Outputs
     continue each request's own range. Requests without the columns are returned unchanged
-    when no request has them. A ``session_id`` column is kept but does not chain turns: a
-    trace's turns arrive at its own times, not closed-loop.
+    when no request has them.
     """
+    return chain_sessions(_prefix_columns(specs))
+
+
+def _prefix_columns(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     if not any(name == "prefix_id" for r in specs for name, _ in r.extra):
         return list(specs)
     out = []
@@ -99,3 +106,79 @@ def _column_int(r: RequestSpec, column: str, text: str | None) -> int:
             "must be an integer >= 0 (prefix_id may also be 'private')",
         )
     return int(text)
+
+
+DEFAULT_TRACE_THINK_TIME = 0.0
+"""Think time of a trace's follow-up turn without a ``think_time`` cell: it arrives as soon as
+the previous turn finishes (a trace's own arrival times include the server's answer, so they
+cannot tell the user's think time)."""
+
+
+def chain_sessions(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
+    """A trace's ``session_id`` column made closed-loop chat, as kind 'chat' builds it.
+
+    Requests with the same ``session_id`` are one conversation, its turns in list order (a
+    ``turn`` column, if any, has been checked to increase along it by ``read_trace``). Every
+    turn after the first is a follow-up of the turn before (``parent_id``), arriving
+    ``think_time`` seconds (its column, default ``DEFAULT_TRACE_THINK_TIME``) after that turn
+    finishes; its prompt ids are the previous prompt's, the previous output's, then its own
+    ``prompt_len - (previous prompt + output)`` new ids, so with prefix caching it can reuse the
+    whole conversation. A first turn keeps the ids it has (a shared prefix from its
+    ``prefix_id``) or gets ids of its own; a later turn's prefix columns are not used (its
+    conversation decides). Requests without a session are returned unchanged, and so is
+    every request when no request has a ``session_id``. A prompt shorter than the conversation
+    before it is a ``ConfigError`` naming the request.
+    """
+    if not any(name == "session_id" for r in specs for name, _ in r.extra):
+        return list(specs)
+    last: dict[str, RequestSpec] = {}  # session -> its latest turn (ids set)
+    out = []
+    for r in specs:
+        extra = dict(r.extra)
+        session = extra.get("session_id")
+        if session is None:
+            out.append(r)
+            continue
+        previous = last.get(session)
+        if previous is None:
+            turn = r
+            if r.token_ids is None or r.output_token_ids is None:
+                ids = own_ids(r.request_id, 0, r.prompt_len)
+                outputs = own_ids(r.request_id, r.prompt_len, r.output_len)
+                turn = dataclasses.replace(r, token_ids=ids, output_token_ids=outputs)
+        else:
+            history = (previous.token_ids or ()) + (previous.output_token_ids or ())
+            message = r.prompt_len - len(history)
+            if message < 0:
+                raise ConfigError(
+                    f"request {r.request_id}: prompt_len",
+                    r.prompt_len,
+                    f"must be >= {len(history)}, the prompt + output of request "
+                    f"{previous.request_id}, the turn before it in session {session!r} (a "
+                    "turn's prompt holds the conversation so far; a prompt cut to fit "
+                    "max_model_len breaks its session)",
+                )
+            turn = dataclasses.replace(
+                r,
+                token_ids=history + own_ids(r.request_id, 0, message),
+                output_token_ids=own_ids(r.request_id, message, r.output_len),
+                parent_id=previous.request_id,
+                think_time=_think_time(r, extra.get("think_time")),
+            )
+        last[session] = turn
+        out.append(turn)
+    return out
+
+
+def _think_time(r: RequestSpec, text: str | None) -> float:
+    if text is None:
+        return DEFAULT_TRACE_THINK_TIME
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(
+            f"request {r.request_id}: think_time", text, "must be a finite number >= 0 (seconds)"
+        )
+    return value

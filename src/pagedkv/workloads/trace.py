@@ -11,6 +11,13 @@ one row per request), the format chosen by the file's suffix, ``.jsonl`` or ``.c
   CSV cells verbatim; JSONL strings verbatim and other JSON values as their compact JSON text
   (they come back as strings). CSV cannot tell an empty cell from a missing value: empty cells
   are dropped, so an extra value "" does not survive a CSV round trip.
+* Chat sessions: lines with the same ``session_id`` are the turns of one conversation, in file
+  order; kind 'trace' makes every turn after the first a closed-loop follow-up of the turn
+  before (``token_ids.chain_sessions``: it arrives ``think_time`` seconds after that turn
+  finishes, 0 without the column, and its prompt starts with that turn's prompt and output).
+  So a turn's ``prompt_len`` must be >= the previous turn's prompt_len + output_len, an
+  optional ``turn`` column must increase along a session (integers >= 0), and ``think_time``
+  must be a finite number >= 0; ``write_trace`` writes ``think_time`` for follow-ups.
 * Arrival times must be non-decreasing down the file. An unsorted trace is rejected, not sorted:
   a trace records time, so disorder means a broken or badly merged file, and sorting silently
   would renumber its requests. ``write_trace`` refuses unsorted requests for the same reason.
@@ -32,6 +39,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.io import atomic_write_text
@@ -68,9 +76,11 @@ def read_trace(path: str | Path) -> list[RequestSpec]:
     rows = _jsonl_rows(path, text) if suffix == ".jsonl" else _csv_rows(path, text)
     specs: list[RequestSpec] = []
     first_line_of: dict[int, int] = {}
+    sessions: dict[str, _Turn] = {}
     previous = 0.0
     for index, (line, row) in enumerate(rows):
         spec = _to_spec(path, line, row, index, parse_text=suffix == ".csv")
+        _check_session(path, line, spec, sessions)
         if spec.arrival_time < previous:
             raise TraceError(
                 path,
@@ -97,7 +107,8 @@ def write_trace(path: str | Path, requests: list[RequestSpec]) -> Path:
     """Write ``requests`` as a ``.jsonl`` or ``.csv`` trace that ``read_trace`` reads back equal.
 
     Columns: request_id, arrival_time, prompt_len, output_len, then the extra columns in the
-    order they first appear. Requests must be sorted by arrival time, with distinct ids.
+    order they first appear, and ``think_time`` for a follow-up (``parent_id``) whose extra
+    columns lack one. Requests must be sorted by arrival time, with distinct ids.
     """
     path = Path(path)
     suffix = _format(path)
@@ -112,7 +123,7 @@ def write_trace(path: str | Path, requests: list[RequestSpec]) -> Path:
         if r.request_id in seen:
             raise ConfigError(f"requests[{i}].request_id", r.request_id, "must be distinct")
         seen.add(r.request_id)
-    rows = [
+    rows: list[dict[str, object]] = [
         {
             "request_id": r.request_id,
             "arrival_time": float(r.arrival_time),
@@ -122,10 +133,15 @@ def write_trace(path: str | Path, requests: list[RequestSpec]) -> Path:
         }
         for r in requests
     ]
+    for r, row in zip(requests, rows, strict=True):
+        if r.parent_id is not None and "think_time" not in row:  # a follow-up (chat turn)
+            row["think_time"] = float(r.think_time)
     if suffix == ".jsonl":
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     else:
-        extra_names = list(dict.fromkeys(name for r in requests for name, _ in r.extra))
+        extra_names = [
+            n for n in dict.fromkeys(n for row in rows for n in row) if n not in RESERVED_COLUMNS
+        ]
         out = io.StringIO()
         # RFC 4180's CRLF line ends: the writer then quotes every cell holding "\r" or "\n",
         # which a "\n" terminator would leave bare "\r" unquoted (and the reader would split).
@@ -225,6 +241,51 @@ def _to_spec(
         return RequestSpec(request_id, prompt_len, output_len, float(time), extra)
     except ConfigError as e:  # what RequestSpec checks beyond the above (an empty extra name)
         raise TraceError(path, line, e.field, e.value, e.allowed) from None
+
+
+class _Turn(NamedTuple):
+    """The latest turn seen of a session: where, how long, its number."""
+
+    line: int
+    prompt_len: int
+    output_len: int
+    turn: int | None
+
+
+def _check_session(path: Path, line: int, spec: RequestSpec, sessions: dict[str, _Turn]) -> None:
+    """A session's turn: ``turn`` increases, ``think_time`` is a time, and the prompt holds at
+    least the conversation before it (the previous turn's prompt and output)."""
+    extra = dict(spec.extra)
+    session = extra.get("session_id")
+    if session is None:
+        return
+    before = sessions.get(session)
+    turn: int | None = None
+    if "turn" in extra:
+        text = extra["turn"]
+        turn = int(text) if _DIGITS.fullmatch(text.strip()) else None
+        low, where = 0, ""
+        if before is not None and before.turn is not None:
+            low, where = before.turn + 1, f" (line {before.line} has turn {before.turn})"
+        if turn is None or turn < low:
+            raise TraceError(path, line, "turn", text, f"must be an integer >= {low}{where}")
+    if "think_time" in extra:
+        think = _number(extra["think_time"], parse_text=True)
+        if not (math.isfinite(think) and think >= 0):
+            raise TraceError(
+                path, line, "think_time", extra["think_time"], "must be a finite number >= 0"
+            )
+    if before is not None and spec.prompt_len < before.prompt_len + before.output_len:
+        raise TraceError(
+            path,
+            line,
+            "prompt_len",
+            spec.prompt_len,
+            f"must be >= {before.prompt_len + before.output_len}: session {session!r}'s turn on "
+            f"line {before.line} has prompt_len {before.prompt_len} + output_len "
+            f"{before.output_len}, and a turn's prompt holds the conversation before it",
+        )
+    sessions[session] = _Turn(line, spec.prompt_len, spec.output_len, turn)
 
 
 def _json_text(value: object) -> str:

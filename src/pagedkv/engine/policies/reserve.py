@@ -26,6 +26,13 @@ class ReserveScheduler(VllmScheduler):
         partial one, which its own count of blocks already includes)."""
         kv = self.paged
         full = kv.blocks_for(r.max_kv_tokens)
+        if r.beam is not None:
+            # Beams fork and die every step, so who shares what is unknown ahead; but no beam
+            # ever holds more than ``full`` blocks, so the group never holds more than
+            # n * full distinct blocks (forks and frees keep free - owed unchanged).
+            if not kv.has_seq(r.seq_id):
+                return r.n * full
+            return r.n * full - len({b for s in r.seq_ids for b in kv.block_ids(s)})
         held = [len(kv.block_ids(s)) for s in r.seq_ids] if kv.has_seq(r.seq_id) else [0]
         unforked = r.n - len(r.seq_ids)
         return sum(full - h for h in held) + unforked * (full - r.prompt_len // kv.block_size)

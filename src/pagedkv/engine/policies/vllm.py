@@ -2,7 +2,8 @@
 
 * Admission through ``can_allocate``, which keeps a watermark of blocks free.
 * When a running request needs a block and none is free, the most recently arrived running
-  request is preempted, by recompute (its blocks are freed; it goes back to the front of the
+  request not yet scheduled in this iteration (else the request itself) is preempted, by
+  recompute (its blocks are freed; it goes back to the front of the
   waiting queue) or by swap (its blocks move to the CPU pool; it resumes before any new
   admission). Without CPU room, swap falls back to recompute (counted).
 * No new admissions while swapped requests wait; swapped requests resume first.
@@ -41,6 +42,18 @@ class VllmScheduler(Scheduler):
         else:
             self._schedule_v0(out)
         return out
+
+    def decodes_next(self) -> bool:
+        """Nothing waits or is swapped (so neither schedule admits or resumes), no group runs
+        (they fork), and every running request has exactly its next token to compute: both
+        schedules then decode every running request once (``_decode_all``, or preemption when
+        blocks run short, which the fast-forward stops before)."""
+        if self.waiting or self.swapped or self.has_groups or not self.running:
+            return False
+        for r in self.running:
+            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1:
+                return False
+        return True
 
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
@@ -95,7 +108,10 @@ class VllmScheduler(Scheduler):
         mode = self.config.preemption_mode
         # A forked group swaps whatever the mode (vLLM v0's rule): recomputing its samples
         # would need each one's own tokens again. Without CPU room it restarts (below).
-        if mode is PreemptionMode.SWAP or len(victim.seq_ids) > 1:
+        # A beam group counts as forked from its first token: its k first tokens are chosen.
+        beam_forked = victim.beam is not None and victim.num_output_tokens > 0
+        group = len(victim.seq_ids) > 1 or beam_forked
+        if mode is PreemptionMode.SWAP or group:
             mappings = self.paged.swap_out(victim.seq_ids)
             if mappings is not None:
                 out.swap_out.extend(mappings)
@@ -107,10 +123,12 @@ class VllmScheduler(Scheduler):
         self._free_group(victim)
         victim.num_recomputed_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
-        if len(victim.seq_ids) > 1:  # a forked group restarts its samples from the prompt
+        if group:  # a forked group restarts its samples from the prompt
             del victim.seq_ids[1:]
             victim.num_output_tokens = 0
             victim.output_token_ids.clear()
             victim.child_output_ids.clear()
+            if victim.beam is not None:
+                victim.beam.restart()
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
