@@ -86,6 +86,7 @@ def make_engine(
     num_cpu_blocks: int = 0,
     max_model_len: int = 256,
     preemption_mode: str = "recompute",
+    group_preemption_mode: str = "swap",
     chunked: bool = False,
     max_num_batched_tokens: int | None = None,
     cost: CostModel | None = None,
@@ -99,6 +100,7 @@ def make_engine(
         scheduler=scheduler,
         max_model_len=max_model_len,
         preemption_mode=PreemptionMode(preemption_mode),
+        group_preemption_mode=PreemptionMode(group_preemption_mode),
         enable_chunked_prefill=chunked,
         max_num_batched_tokens=max_num_batched_tokens,
     )

@@ -75,6 +75,29 @@ def test_groups_under_memory_pressure_finish_and_match_the_reference(mode: str) 
         assert summary["recomputed_tokens"] > 0
 
 
+@pytest.mark.parametrize("group_mode", ["swap", "recompute"])
+def test_group_preemption_mode_chooses_swap_or_restart(group_mode: str) -> None:
+    """Single requests recompute; forked groups swap by default (vLLM v0's rule), and with
+    group_preemption_mode recompute they restart from the prompt: then nothing is swapped."""
+    workload = [group(i, 30 + 7 * i, 60, 1 + i % 4, 0.05 * i) for i in range(10)]
+    kw = {
+        "scheduler": "vllm",
+        "block_size": 16,
+        "num_gpu_blocks": 40,
+        "num_cpu_blocks": 200,
+        "preemption_mode": "recompute",
+        "group_preemption_mode": group_mode,
+    }
+    ref = run(True, workload, ROOFLINE, **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, **kw)[:4])
+    requests = ref[4].requests
+    assert all(r.status is RequestStatus.FINISHED for r in requests)
+    groups = [r for r in requests if r.n > 1]
+    assert sum(r.num_preemptions for r in groups) > 0
+    swaps = sum(r.num_swaps for r in groups)
+    assert swaps > 0 if group_mode == "swap" else swaps == 0
+
+
 def test_reserve_admits_a_group_only_when_all_its_samples_fit() -> None:
     workload = [group(i, 20 + 3 * i, 30, 1 + i % 3) for i in range(8)]
     engine = make_engine("reserve", workload, num_gpu_blocks=30)

@@ -35,6 +35,12 @@ class SchedulerConfig:
     preemption_mode: PreemptionMode = help_field(
         PreemptionMode.RECOMPUTE, "How the vllm policy preempts: 'recompute' or 'swap'."
     )
+    group_preemption_mode: PreemptionMode = help_field(
+        PreemptionMode.SWAP,
+        "How the vllm policy preempts a forked group (parallel samples, beams): 'swap' (vLLM "
+        "v0's rule; a restart when the CPU pool is full) or 'recompute' (a restart: the group's "
+        "blocks are freed and its samples generated again from the prompt).",
+    )
     enable_chunked_prefill: bool = help_field(
         False,
         "One token budget per iteration shared by decodes first, then prefill chunks (vLLM v1).",
@@ -55,6 +61,11 @@ class SchedulerConfig:
             self,
             "preemption_mode",
             check_choice("preemption_mode", self.preemption_mode, PreemptionMode),
+        )
+        object.__setattr__(
+            self,
+            "group_preemption_mode",
+            check_choice("group_preemption_mode", self.group_preemption_mode, PreemptionMode),
         )
         check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
         budget = self.token_budget

@@ -105,13 +105,15 @@ class VllmScheduler(Scheduler):
         out.chunks = [c for c in out.chunks if c.request is not victim]
         out.preempted.append(victim)
         victim.num_preemptions += 1
-        mode = self.config.preemption_mode
-        # A forked group swaps whatever the mode (vLLM v0's rule): recomputing its samples
-        # would need each one's own tokens again. Without CPU room it restarts (below).
-        # A beam group counts as forked from its first token: its k first tokens are chosen.
+        # A forked group follows group_preemption_mode, swap by default (vLLM v0's rule):
+        # recomputing its samples would need each one's own tokens again, so its recompute is
+        # a restart from the prompt (below), as is a swap without CPU room. A beam group
+        # counts as forked from its first token: its k first tokens are chosen.
         beam_forked = victim.beam is not None and victim.num_output_tokens > 0
         group = len(victim.seq_ids) > 1 or beam_forked
-        if mode is PreemptionMode.SWAP or group:
+        config = self.config
+        mode = config.group_preemption_mode if group else config.preemption_mode
+        if mode is PreemptionMode.SWAP:
             mappings = self.paged.swap_out(victim.seq_ids)
             if mappings is not None:
                 out.swap_out.extend(mappings)
