@@ -46,6 +46,31 @@ class RequestSpec:
     """The run's seed for the simulated beam choices (with the request id: one stream each)."""
 
     def __post_init__(self) -> None:
+        # One cheap test for the usual spec (a workload makes 10^5 of them, twice): plain
+        # lengths, no ids, extras, group, parent; the named checks below only otherwise.
+        if (
+            type(self.request_id) is int
+            and type(self.prompt_len) is int
+            and type(self.output_len) is int
+            and type(self.arrival_time) is float
+            and self.request_id >= 0
+            and self.prompt_len >= 1
+            and self.output_len >= 1
+            and self.arrival_time >= 0
+            and self.extra == ()
+            and self.token_ids is None
+            and self.output_token_ids is None
+            and self.parent_id is None
+            and type(self.n) is int
+            and self.n == 1
+            and type(self.beam_width) is int
+            and self.beam_width == 1
+            and type(self.beam_seed) is int
+            and self.beam_seed == 0
+            and type(self.think_time) is float
+            and self.think_time == 0.0
+        ):
+            return
         check_int("request_id", self.request_id, 0)
         check_int("prompt_len", self.prompt_len, 1)
         check_int("output_len", self.output_len, 1)
