@@ -85,19 +85,27 @@ class BlockPool:
 
     def decref(self, block: int) -> bool:
         """One reference fewer; returns True when the block became free."""
+        if not self._drop_ref(block):
+            return False
+        self._freed(block)
+        return True
+
+    def _drop_ref(self, block: int) -> bool:
+        """One reference fewer (a double free raises); True when it was the last."""
         ref = self.ref_counts[block]
         if ref <= 0:
             raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
         self.ref_counts[block] = ref - 1
         self.num_refs -= 1
-        if ref > 1:
-            return False
+        return ref == 1
+
+    def _freed(self, block: int) -> None:
+        """Put a block that just became free in the free queue (the eviction policy's place)."""
         self._free[block] = None
         if self.block_hash[block] is None:
             self._free.move_to_end(block, last=False)
         else:
             self._num_cached_free += 1
-        return True
 
     def release(self, blocks: list[int]) -> list[int]:
         """``decref`` each block, in the order given; returns those that became free."""
@@ -189,39 +197,19 @@ class UncachedBlockPool(BlockPool):
         self.ref_counts[block] += 1
         self.num_refs += 1
 
-    def decref(self, block: int) -> bool:
-        refs = self.ref_counts
-        ref = refs[block]
-        if ref <= 0:
-            raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
-        refs[block] = ref - 1
-        self.num_refs -= 1
-        if ref > 1:
-            return False
+    def _freed(self, block: int) -> None:
         self._stack.append(block)
-        return True
 
     def release(self, blocks: list[int]) -> list[int]:
         refs = self.ref_counts
-        stack = self._stack
         if len(blocks) > 1 and itemgetter(*blocks)(refs).count(1) == len(blocks):
             # The usual chain: every block held once (nothing shared), all become free.
             for block in blocks:
                 refs[block] = 0
-            stack.extend(blocks)
+            self._stack.extend(blocks)
             self.num_refs -= len(blocks)
             return list(blocks)
-        freed = []
-        for block in blocks:
-            ref = refs[block]
-            if ref <= 0:
-                raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
-            refs[block] = ref - 1
-            if ref == 1:
-                stack.append(block)
-                freed.append(block)
-        self.num_refs -= len(blocks)
-        return freed
+        return super().release(blocks)
 
     def free_blocks(self) -> list[int]:
         return self._stack[::-1]

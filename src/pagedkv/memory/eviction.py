@@ -91,27 +91,19 @@ class LFUBlockPool(BlockPool):
         self.num_refs += 1
         self.uses[block] += 1
 
-    def decref(self, block: int) -> bool:
-        """One reference fewer; a block that became free joins the uncached queue's head or the
-        heap at (uses, next stamp)."""
-        ref = self.ref_counts[block]
-        if ref <= 0:
-            raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
-        self.ref_counts[block] = ref - 1
-        self.num_refs -= 1
-        if ref > 1:
-            return False
+    def _freed(self, block: int) -> None:
+        """A block that became free joins the uncached queue's head, or the heap at (uses,
+        next stamp)."""
         if self.block_hash[block] is None:
             self._free[block] = None
             self._free.move_to_end(block, last=False)
-            return True
+            return
         self._clock += 1
         self._stamp[block] = self._clock
         heapq.heappush(self._heap, (self.uses[block], self._clock, block))
         self._num_cached_free += 1
         if len(self._heap) > 2 * len(self._stamp) + _COMPACT_SLACK:
             self._compact()
-        return True
 
     def free_blocks(self) -> list[int]:
         """Every free block in the order allocations take them: uncached, then cached by
