@@ -8,7 +8,11 @@ from typing import Any
 
 import torch
 
+from pagedkv.engine.engine import Engine, EngineRun
+from pagedkv.engine.executor import StepResult
+from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.tensors.executor import TorchExecutor
 from pagedkv.tensors.kv_cache import PagedKVCache
 
 
@@ -28,3 +32,25 @@ class CheckedCache(PagedKVCache):
             assert not bad, f"layer {layer}: writing blocks with reference counts {bad}"
             self.blocks_written += len(blocks)
         super().write(layer, slot_mapping, k, v)
+
+
+def run_checked(engine: Engine) -> tuple[EngineRun, int]:
+    """Run a real engine built with ``cache_factory=CheckedCache``: no write may go into a block
+    others still share. Returns the run (not deadlocked) and the block copies it performed."""
+    executor = engine.executor
+    assert isinstance(executor, TorchExecutor)
+    assert isinstance(executor.cache, CheckedCache)
+    assert isinstance(engine.scheduler.kv, KVCacheManager)
+    executor.cache.kv = engine.scheduler.kv
+    copies = 0
+    execute = executor.execute
+
+    def counting(batch: SchedulerOutput) -> StepResult:
+        nonlocal copies
+        copies += len(batch.copies)
+        return execute(batch)
+
+    executor.execute = counting  # type: ignore[method-assign]
+    run = engine.run()
+    assert not run.deadlocked
+    return run, copies

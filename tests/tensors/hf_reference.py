@@ -61,10 +61,19 @@ def decoder(arch: str) -> Decoder:
 
 
 @functools.cache
-def hf_greedy(arch: str, prompt: tuple[int, ...], num_new: int) -> tuple[int, ...]:
-    """HF ``generate`` (greedy, dynamic cache), one prompt at a time (no padding involved)."""
+def hf_generate(
+    arch: str, prompt: tuple[int, ...], num_new: int, num_beams: int = 1
+) -> tuple[int, ...]:
+    """HF ``generate`` (dynamic cache), one prompt at a time (no padding involved): greedy, or
+    the best of ``num_beams`` beams with no length penalty (scores are plain sums of log-probs,
+    as the real executor ranks them), exactly ``num_new`` tokens either way."""
     model = hf_model(arch)
     ids = torch.tensor([prompt])
+    beams: dict[str, Any] = (
+        {"num_beams": num_beams, "length_penalty": 0.0, "early_stopping": True}
+        if num_beams > 1
+        else {}
+    )
     with torch.inference_mode():
         out = model.generate(
             ids,
@@ -73,8 +82,14 @@ def hf_greedy(arch: str, prompt: tuple[int, ...], num_new: int) -> tuple[int, ..
             max_new_tokens=num_new,
             min_new_tokens=num_new,
             pad_token_id=0,
+            **beams,
         )
     return tuple(int(t) for t in out[0, len(prompt) :])
+
+
+def hf_greedy(arch: str, prompt: tuple[int, ...], num_new: int) -> tuple[int, ...]:
+    """HF greedy ``generate`` of ``num_new`` tokens."""
+    return hf_generate(arch, prompt, num_new)
 
 
 def specs(ps: list[tuple[int, ...]], num_new: int = NUM_NEW_TOKENS) -> list[RequestSpec]:

@@ -10,7 +10,6 @@ log-probs, which is our first candidate of the last step.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 
 import pytest
@@ -18,37 +17,19 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import torch
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
-from pagedkv.engine.executor import StepResult
-from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.memory.manager import KVCacheManager
-from pagedkv.tensors.executor import TorchExecutor, build_real_engine
-from tests.tensors.checked_cache import CheckedCache
-from tests.tensors.hf_reference import MAX_POSITION, decoder, hf_model, prompts, specs
+from pagedkv.tensors.executor import build_real_engine
+from tests.tensors.checked_cache import CheckedCache, run_checked
+from tests.tensors.hf_reference import MAX_POSITION, decoder, hf_generate, prompts, specs
 
 NUM_NEW = 5
 PROMPT_LENS = (3, 7, 12, 19)  # 12 and 19 leave a partial last block of 4 and of 16
 
 
-@functools.cache
 def hf_beam(arch: str, prompt: tuple[int, ...], k: int) -> tuple[int, ...]:
-    model = hf_model(arch)
-    ids = torch.tensor([prompt])
-    with torch.inference_mode():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            num_beams=k,
-            max_new_tokens=NUM_NEW,
-            min_new_tokens=NUM_NEW,
-            length_penalty=0.0,
-            early_stopping=True,
-            pad_token_id=0,
-        )
-    return tuple(int(t) for t in out[0, len(prompt) :])
+    return hf_generate(arch, prompt, NUM_NEW, num_beams=k)
 
 
 # (arch, k, block_size, num_gpu_blocks): 10 blocks of 4 cannot hold every group at once, so
@@ -78,22 +59,7 @@ def test_best_beam_equals_hf_beam_search(
         check_integrity=True,  # the books after every iteration
         cache_factory=CheckedCache,
     )
-    executor = engine.executor
-    assert isinstance(executor, TorchExecutor)
-    assert isinstance(executor.cache, CheckedCache)
-    assert isinstance(engine.scheduler.kv, KVCacheManager)
-    executor.cache.kv = engine.scheduler.kv  # never a write into a block beams still share
-    copies = 0
-    execute = executor.execute
-
-    def counting(batch: SchedulerOutput) -> StepResult:
-        nonlocal copies
-        copies += len(batch.copies)
-        return execute(batch)
-
-    executor.execute = counting  # type: ignore[method-assign]
-    run = engine.run()
-    assert not run.deadlocked
+    run, copies = run_checked(engine)  # never a write into a block beams still share
     for req in run.requests:
         assert tuple(req.output_token_ids) == hf_beam(arch, ps[req.request_id], k)
         assert len(req.seq_ids) == k
@@ -104,6 +70,7 @@ def test_best_beam_equals_hf_beam_search(
     if num_blocks == 10:
         assert run.totals.swap_outs > 0
     kv = engine.scheduler.kv
+    assert isinstance(kv, KVCacheManager)
     assert kv.num_free_blocks == kv.gpu.num_blocks  # every beam freed
 
 

@@ -19,7 +19,7 @@ from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.engine import EngineRun
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.tensors.executor import TorchExecutor, build_real_engine
-from tests.tensors.checked_cache import CheckedCache
+from tests.tensors.checked_cache import CheckedCache, run_checked
 from tests.tensors.hf_reference import (
     MAX_POSITION,
     NUM_NEW_TOKENS,
@@ -132,9 +132,6 @@ def test_parallel_samples_fork_through_the_engine(
     output; with 20 blocks of 4 the groups are also swapped out and back whole."""
     from dataclasses import replace
 
-    from pagedkv.engine.executor import StepResult
-    from pagedkv.engine.scheduler import SchedulerOutput
-
     workload = [replace(s, n=3) for s in specs(prompts())]
     engine = build_real_engine(
         decoder(arch),
@@ -146,22 +143,7 @@ def test_parallel_samples_fork_through_the_engine(
         check_integrity=True,
         cache_factory=CheckedCache,
     )
-    executor = engine.executor
-    assert isinstance(executor, TorchExecutor)
-    assert isinstance(executor.cache, CheckedCache)
-    assert isinstance(engine.scheduler.kv, KVCacheManager)
-    executor.cache.kv = engine.scheduler.kv  # no write into a block others still share
-    copies = 0
-    execute = executor.execute
-
-    def counting(batch: SchedulerOutput) -> StepResult:
-        nonlocal copies
-        copies += len(batch.copies)
-        return execute(batch)
-
-    executor.execute = counting  # type: ignore[method-assign]
-    run = engine.run()
-    assert not run.deadlocked
+    run, copies = run_checked(engine)  # no write into a block others still share
     ps = prompts()
     for req in run.requests:
         expected = hf_greedy(arch, ps[req.request_id], NUM_NEW_TOKENS)
