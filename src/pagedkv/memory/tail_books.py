@@ -97,61 +97,29 @@ class TailBooks:
         self.reservation += want - fill
         self.internal += bs - want
 
-    def grow(self, seq_id: SeqId, table: BlockTable, old_tokens: int) -> None:
-        """Untrack + track for a sequence that owns its blocks alone (no shared last block)
-        and grew from ``old_tokens`` tokens, possibly into new blocks: ``table`` already holds
-        the new tokens and blocks."""
-        bs = self.block_size
-        new = table.num_tokens
-        old_fill = old_tokens % bs
-        final = table.final_len
-        if old_fill:
-            fill = old_fill + new - old_tokens
-            if fill < bs:  # still in the same partial last block: move its books in place
-                block = table.blocks[-1]
-                wants = self._wants[block]
-                old_want = wants[seq_id]
-                start = new - fill
-                want = bs if final is None else min(bs, max(final - start, fill))
-                wants[seq_id] = want
-                self._fill[block] = fill
-                self.reservation += (want - fill) - (old_want - old_fill)
-                self.internal += old_want - want
-                return
-            # the old partial block filled up: it leaves the books
-            block = table.blocks[(old_tokens - 1) // bs]
-            old_want = self._wants.pop(block)[seq_id]
-            del self._fill[block]
-            self.reservation -= old_want - old_fill
-            self.internal -= bs - old_want
-        fill = new % bs
-        if not fill:
-            return
-        start = new - fill
-        want = bs if final is None else min(bs, max(final - start, fill))
-        block = table.blocks[-1]
-        self._wants[block] = {seq_id: want}
-        self._fill[block] = fill
-        self.reservation += want - fill
-        self.internal += bs - want
-
     def grow_all(self, grown: list[tuple[SeqId, BlockTable, int]]) -> None:
-        """``grow(seq_id, table, old_tokens)`` for each entry (a bulk append's books), where
-        each sequence left its old partial last block full or had none (the bulk append moves
-        those that stay in their block with ``fill_in_place``): the same steps as ``grow``,
-        with the sums kept in locals."""
+        """Untrack + track for each (seq_id, table, old_tokens): a sequence that owns its blocks
+        alone (no shared last block) and grew from ``old_tokens`` tokens, possibly into new
+        blocks; ``table`` already holds the new tokens and blocks. One call per bulk append,
+        the sums kept in locals."""
         bs = self.block_size
         wants, fills = self._wants, self._fill
         reservation = internal = 0
         for seq_id, table, old in grown:
             new = table.num_tokens
+            final = table.final_len
             old_fill = old % bs
             if old_fill:
-                if old_fill + new - old < bs:  # stayed in its block after all: the general way
-                    self.reservation += reservation
-                    self.internal += internal
-                    reservation = internal = 0
-                    self.grow(seq_id, table, old)
+                fill = old_fill + new - old
+                if fill < bs:  # still in the same partial last block: move its books in place
+                    block = table.blocks[-1]
+                    old_want = wants[block][seq_id]
+                    start = new - fill
+                    want = bs if final is None else min(bs, max(final - start, fill))
+                    wants[block][seq_id] = want
+                    fills[block] = fill
+                    reservation += (want - fill) - (old_want - old_fill)
+                    internal += old_want - want
                     continue
                 block = table.blocks[(old - 1) // bs]  # the old last block, now full
                 old_want = wants.pop(block)[seq_id]
@@ -160,7 +128,6 @@ class TailBooks:
                 internal -= bs - old_want
             fill = new % bs
             if fill:
-                final = table.final_len
                 want = bs if final is None else min(bs, max(final - new + fill, fill))
                 block = table.blocks[-1]
                 wants[block] = {seq_id: want}
