@@ -31,7 +31,7 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
-from pagedkv.engine.windows import WindowCurve
+from pagedkv.engine.windows import WindowCurve, add_new_blocks
 
 if TYPE_CHECKING:
     from pagedkv.engine.engine import Engine
@@ -136,13 +136,8 @@ class FastForward:
                 computed = r.num_computed_tokens
                 if room == 0 and computed % bs:
                     return "copy-on-write"  # a shared partial last block: the scheduler copies
-                slots = computed + room + bs  # slots held once the first new block is taken
                 final = r.prompt_len + r.output_len - 1  # max_kv_tokens
-                for i in range(room + 1, k + 1, bs):  # round i's token needs a new block
-                    cross.append(i)
-                    if slots >= final:
-                        frag[i] = frag.get(i, 0) + slots - final
-                    slots += bs
+                add_new_blocks(cross, frag, computed, room, final, k, bs)
         free = getattr(kv, "num_free_blocks", None)
         if free is not None and len(cross) > free:
             cross.sort()

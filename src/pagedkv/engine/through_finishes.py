@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.metrics import CATEGORIES
-from pagedkv.engine.windows import WindowCurve
+from pagedkv.engine.windows import WindowCurve, add_new_blocks
 
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
@@ -158,14 +158,8 @@ def run_window(engine: Engine, cost: CostModel) -> tuple[str | None, int]:
     for c, room, left in zip(computed, rooms, lefts, strict=True):
         final = c + left  # max_kv_tokens: the tokens held when it finishes
         held.append(-(-final // bs))
-        if room >= left or room >= k:
-            continue
-        slots = c + room + bs
-        for i in range(room + 1, min(left, k) + 1, bs):  # round i's token needs a new block
-            cross.append(i)
-            if slots >= final:
-                frag[i] = frag.get(i, 0) + slots - final
-            slots += bs
+        if room < left and room < k:
+            add_new_blocks(cross, frag, c, room, final, min(left, k), bs)
     free: int = getattr(kv, "num_free_blocks")  # noqa: B009 (paged: ``plain`` checked it)
     if len(cross) > free:  # (frees only help: fewer allocations than free blocks always fit)
         # A finish in round f frees its blocks for rounds f+1..; at one round frees go first.
