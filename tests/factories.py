@@ -89,6 +89,7 @@ def make_engine(
     group_preemption_mode: str = "swap",
     chunked: bool = False,
     max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     cost: CostModel | None = None,
     reference: bool = False,
     trace_steps: bool = False,
@@ -103,6 +104,7 @@ def make_engine(
         group_preemption_mode=PreemptionMode(group_preemption_mode),
         enable_chunked_prefill=chunked,
         max_num_batched_tokens=max_num_batched_tokens,
+        **({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}),
     )
     cache = CacheConfig(
         num_gpu_blocks=num_gpu_blocks,

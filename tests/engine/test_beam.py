@@ -144,7 +144,7 @@ def test_a_beam_group_shares_history_and_frees_everything(block_size: int) -> No
             assert len(req.seq_ids) == 4
             assert len(set(req.seq_ids)) == 4
             saved.append(kv.blocks_saved_by_sharing)
-        engine._step(batch)  # make_engine checks integrity after every iteration
+        engine.step(batch)  # make_engine checks integrity after every iteration
     assert req.status is RequestStatus.FINISHED
     assert min(saved) >= 3 * (37 // block_size)  # the prompt's full blocks, always shared
     assert max(saved) > 3 * (37 // block_size)  # and some generated history too

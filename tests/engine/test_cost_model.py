@@ -231,3 +231,14 @@ def test_curve_closed_forms_equal_the_search_and_the_sums(
     curve = model.curve(base, delta)
     assert curve.steps_to_reach(duration) == search_steps(lambda k: curve.sums(k)[0], duration)
     assert curve.totals(ks) == [curve.sums(k)[0] for k in ks]
+
+
+@given(cost_models, st.integers(1, 512), st.integers(0, 10**7))
+def test_decode_curve_is_the_curve_of_decode_shapes(
+    model: CostModel, num_seqs: int, context: int
+) -> None:
+    """The fast-forward's shortcut gives the very floats of ``curve`` on the decode shapes."""
+    n = num_seqs
+    want = model.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
+    got = model.decode_curve(n, context)
+    assert (got.head, got.tail, got.split) == (want.head, want.tail, want.split)

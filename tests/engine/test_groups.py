@@ -36,7 +36,7 @@ def test_group_forks_shares_the_prompt_and_finishes(block_size: int, n: int) -> 
             # every sample shares the prompt's full blocks; what follows is its own
             assert all(t[:full_prompt_blocks] == tables[0][:full_prompt_blocks] for t in tables)
             seen_shared.append(kv.blocks_saved_by_sharing)
-        engine._step(batch)
+        engine.step(batch)
     assert req.status is RequestStatus.FINISHED
     assert len(req.seq_ids) == n
     assert seen_shared
@@ -48,7 +48,7 @@ def test_a_group_decode_costs_n_sequences() -> None:
     engine = make_engine("vllm", [group(0, 10, 5, 3)], num_gpu_blocks=50)
     sched = engine.scheduler
     engine.admit_arrivals()
-    engine._step(sched.schedule())  # the prefill: one sequence
+    engine.step(sched.schedule())  # the prefill: one sequence
     decode: SchedulerOutput = sched.schedule()  # forks, then 3 decodes
     shape = batch_shape(decode)
     assert (shape.num_tokens, shape.num_seqs) == (3, 3)

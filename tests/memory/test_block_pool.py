@@ -99,7 +99,10 @@ def test_check_integrity_catches_a_wrong_count() -> None:
 @given(
     size=st.integers(1, 12),
     ops=st.lists(
-        st.tuples(st.sampled_from(["alloc", "incref", "decref", "release"]), st.integers(0, 10**6)),
+        st.tuples(
+            st.sampled_from(["alloc", "alloc_many", "incref", "decref", "release"]),
+            st.integers(0, 10**6),
+        ),
         max_size=80,
     ),
 )
@@ -107,7 +110,8 @@ def test_the_stack_pool_hands_out_what_the_queue_pool_does(
     size: int, ops: list[tuple[str, int]]
 ) -> None:
     """Differential: the list-stack pool (caching off) and BlockPool without caching take the
-    same blocks in the same order through any allocate / incref / decref / release sequence."""
+    same blocks in the same order through any allocate (one or many) / incref / decref / release
+    sequence."""
     queue, stack = BlockPool(size), UncachedBlockPool(size)
     held: list[int] = []  # one entry per reference taken
     for op, pick in ops:
@@ -115,6 +119,16 @@ def test_the_stack_pool_hands_out_what_the_queue_pool_does(
             block = queue.allocate()
             assert stack.allocate() == block
             held.append(block)
+        elif op == "alloc_many":
+            n = pick % (size + 2)
+            if n > queue.num_free:
+                for pool in (stack, queue):
+                    with pytest.raises(PagedKVError):
+                        pool.allocate_many(n)
+                continue
+            blocks = queue.allocate_many(n)
+            assert stack.allocate_many(n) == blocks
+            held += blocks
         elif op == "incref" and held:
             block = held[pick % len(held)]
             queue.incref(block)

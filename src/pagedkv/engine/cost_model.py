@@ -49,6 +49,13 @@ class CostModel(Protocol):
         """The window's step-time lines, for many cheap prefix sums (fast-forward)."""
         ...
 
+    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
+        """``curve`` of decode rounds of ``num_seqs`` sequences that hold ``context`` tokens
+        in all: base ``BatchShape(n, n, context + n, context + n)``, delta
+        ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window; the same floats
+        as ``curve``, without building the shapes)."""
+        ...
+
 
 class UnitCost:
     """Every step costs 1 tick, swaps nothing: the course lesson's clock counts iterations."""
@@ -68,6 +75,9 @@ class UnitCost:
         return max(0, math.ceil(check_duration(duration)))
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+        return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
+
+    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
         return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
 
 
@@ -153,6 +163,15 @@ class _Linear:
             + c[2] * shape.attn_pairs
             + c[3] * shape.kv_read_tokens
         )
+
+    def decode_line(self, n: int, context: int) -> tuple[float, float]:
+        """(at, slope) of n decodes after ``context`` tokens in all: ``at`` of
+        BatchShape(n, n, context + n, context + n) and ``slope`` of (0, 0, n, n), the same
+        float operations in the same order."""
+        c = self.coef
+        read = context + n
+        at = self.const + (c[0] * n + c[1] * n + c[2] * read + c[3] * read)
+        return at, c[0] * 0 + c[1] * 0 + c[2] * n + c[3] * n
 
 
 class RooflineCost:
@@ -242,4 +261,12 @@ class RooflineCost:
         c, m, e = self._compute, self._memory, self._extra
         return WindowCurve(
             (c.at(base), c.slope(delta)), (m.at(base), m.slope(delta)), (e.at(base), e.slope(delta))
+        )
+
+    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
+        n = num_seqs
+        return WindowCurve(
+            self._compute.decode_line(n, context),
+            self._memory.decode_line(n, context),
+            self._extra.decode_line(n, context),
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pagedkv.engine import through_finishes
+from pagedkv.engine import cohort
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
@@ -53,9 +53,11 @@ class FastForward:
         (``Scheduler.decodes_next``: then the admission round of an arrival needs no decode
         round after it to start a window).
 
-        Windows chain while nothing can change the schedule: after a window that ended with
-        a finish, if no request waits (nothing to admit or resume) and none has arrived, the
-        next round is again a pure decode of those still running.
+        With plain memory and nothing waiting, a decode cohort (``cohort.py``) runs from here
+        through every finish and arrival to the next memory event. Otherwise windows chain
+        while nothing can change the schedule: after a window that ended with a finish, if no
+        request waits (nothing to admit or resume) and none has arrived, the next round is
+        again a pure decode of those still running.
         """
         if self.cost is None:
             return
@@ -64,13 +66,11 @@ class FastForward:
         eng = self.engine
         sched = eng.scheduler
         while True:
-            if through_finishes.plain(eng):  # one window through every finish to come
-                _, k = through_finishes.run_window(eng, self.cost)
-                if k:
-                    self.windows += 1
-                    self.rounds += k
-                    if eng.check_integrity:
-                        sched.kv.check_integrity()
+            if cohort.plain(eng):  # one lazy window through every finish and arrival to come
+                run = cohort.Cohort(eng, self.cost)
+                run.run()
+                self.windows += run.windows
+                self.rounds += run.rounds
                 return
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():

@@ -107,6 +107,8 @@ class Request:
         """Every token id so far (prompt, then outputs), or None unless all are known: the
         prompt's ids come with the workload, the outputs' from a real executor (sampled) or
         from the workload (planned, for a simulation with prefix caching)."""
+        if self.token_ids is None:  # the usual simulation: no ids at all
+            return None
         return self.token_slice(0, self.num_tokens)
 
     def token_slice(self, start: int, end: int) -> tuple[int, ...] | None:
@@ -148,7 +150,7 @@ class Request:
     @property
     def num_pending_tokens(self) -> int:
         """Tokens still to compute before the next output can be sampled."""
-        return self.num_tokens - self.num_computed_tokens
+        return self.prompt_len + self.num_output_tokens - self.num_computed_tokens
 
     @property
     def in_prefill(self) -> bool:

@@ -170,6 +170,14 @@ class Scheduler(abc.ABC):
         that knows its own rules can promise it; the default never does."""
         return False
 
+    def admit_only(self) -> SchedulerOutput | None:
+        """The next round, if it is a prefill-only admission round that reads and changes no
+        running request (only the waiting queue, the allocator's free blocks and the running
+        count): then the fast-forward's decode cohort, whose running requests' counters and
+        block tables lag behind, can run it without syncing them first. None, changing
+        nothing, otherwise; the default never promises it."""
+        return None
+
     # ----- helpers for policies -----------------------------------------------------------
     def _reject(self, req: Request, reason: str) -> bool:
         req.status = RequestStatus.REJECTED

@@ -122,8 +122,11 @@ class WindowCurve:
         if k <= 0:
             return 0.0, 0.0
         split = self.split
-        if split is None or k <= split:
-            return linear_window(self.head[0], self.head[1], 0, k)
+        if split is None or k <= split:  # linear_window(a, b, 0, k), inlined: the hot case
+            a, b = self.head
+            s1 = k * (k - 1) // 2
+            s2 = (k - 1) * k * (2 * k - 1) // 6
+            return k * a + b * s1, a * s1 + b * s2
         head = linear_window(self.head[0], self.head[1], 0, split)
         tail = linear_window(self.tail[0], self.tail[1], split, k)
         return head[0] + tail[0], head[1] + tail[1]

@@ -74,6 +74,12 @@ class BlockPool:
         self.num_refs += 1
         return block
 
+    def allocate_many(self, n: int) -> list[int]:
+        """``n`` blocks, each as ``allocate`` would hand them out one after another."""
+        if n > self.num_free:
+            raise PagedKVError(f"block pool exhausted: {n} blocks wanted, {self.num_free} free")
+        return [self.allocate() for _ in range(n)]
+
     def incref(self, block: int) -> None:
         """One more reference; a free cached block (a prefix hit) leaves the free queue."""
         if self.ref_counts[block] == 0:
@@ -190,6 +196,21 @@ class UncachedBlockPool(BlockPool):
         self.ref_counts[block] = 1
         self.num_refs += 1
         return block
+
+    def allocate_many(self, n: int) -> list[int]:
+        stack = self._stack
+        if n > len(stack):
+            raise PagedKVError(f"block pool exhausted: {n} blocks wanted, {len(stack)} free")
+        if n <= 0:
+            return []
+        taken = stack[-n:]
+        del stack[-n:]
+        taken.reverse()  # the head (the stack's end) first, as n allocate() calls
+        refs = self.ref_counts
+        for block in taken:
+            refs[block] = 1
+        self.num_refs += n
+        return taken
 
     def incref(self, block: int) -> None:
         if self.ref_counts[block] == 0:

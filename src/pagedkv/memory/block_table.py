@@ -96,8 +96,7 @@ class BlockTable:
             pool.decref(src)  # still referenced by the others: never frees here
             self.blocks[-1] = dst
             copies.append(BlockCopy(src, dst))
-        for _ in range(self.blocks_needed(num_new_tokens)):
-            self.blocks.append(pool.allocate())
+        self.blocks += pool.allocate_many(self.blocks_needed(num_new_tokens))
         self.num_tokens += num_new_tokens
         return copies
 

@@ -37,6 +37,9 @@ class PrefixHit:
     block_keys: tuple[BlockHash, ...] = ()
 
 
+NO_HIT = PrefixHit((), 0)  # token ids unknown: nothing to look up (one object, made once)
+
+
 @dataclass(frozen=True)
 class CacheStats:
     """Usage counters of a ``KVCacheManager`` (cumulative ones count since construction)."""
@@ -83,6 +86,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
         self._token_slots = 0  # distinct used GPU slots holding a token
         self._tails = TailBooks(self.block_size)
+        self._watermark_blocks = config.watermark_blocks  # (a frozen config: read once)
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -185,12 +189,18 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
         Cached free blocks (prefix caching) are free: any allocation may evict them.
         """
+        tokens, reservation, internal = self.books()
         return MemoryUsage.from_books(
-            self.capacity,
+            self.capacity, tokens, reservation, internal, waiting_for_memory
+        )
+
+    def books(self) -> tuple[int, int, int]:
+        """(token states, reservation, internal fragmentation) in slots: ``usage`` without
+        building it (the fast-forward's decode cohort reads them at every event)."""
+        return (
             self._token_slots,
             self._tails.reservation,
             self._tails.internal + self._pinned_empty_slots,  # pinned partial blocks' empties
-            waiting_for_memory,
         )
 
     # ----- prefix cache ---------------------------------------------------------------------
@@ -235,10 +245,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         """
         self._check_new(seq_id, num_tokens, token_ids)
         hit = self._hit(num_tokens, token_ids, cache_salt)
-        needed = self.blocks_for(num_tokens)
+        bs = self.block_size
+        needed = -(-num_tokens // bs)
         total = self.gpu.num_blocks - self._pinned_apart(hit.num_computed_tokens)
-        wm = self.config.watermark_blocks
-        if total - needed < wm or (final_len is not None and self.blocks_for(final_len) > total):
+        wm = self._watermark_blocks
+        if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return AllocStatus.NEVER
         if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
             return AllocStatus.LATER
@@ -266,13 +277,14 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             return None
         salt = _to_salt(cache_salt)
         table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
-        table.block_hashes = list(hit.block_keys)
-        for block in hit.blocks:  # take the hits first so allocating cannot evict them
-            if self.gpu.ref_counts[block] == 0:
-                self._token_slots += self.block_size
-            self.gpu.incref(block)
-        table.blocks = list(hit.blocks)
-        table.num_tokens = hit.num_computed_tokens
+        if hit.blocks:
+            table.block_hashes = list(hit.block_keys)
+            for block in hit.blocks:  # take the hits first so allocating cannot evict them
+                if self.gpu.ref_counts[block] == 0:
+                    self._token_slots += self.block_size
+                self.gpu.incref(block)
+            table.blocks = list(hit.blocks)
+            table.num_tokens = hit.num_computed_tokens
         copies = table.append_slots(self.gpu, num_tokens - hit.num_computed_tokens)
         self._token_slots += num_tokens - hit.num_computed_tokens
         if copies:  # a pinned partial last block, copied before the prompt writes into it
@@ -509,16 +521,18 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self, num_tokens: int, token_ids: Sequence[int] | None, cache_salt: str | bytes | None
     ) -> PrefixHit:
         if token_ids is None:
-            return PrefixHit((), 0)
+            return NO_HIT
         if self._pins:  # explicit mode: a registered prefix, partial last block included
             pinned = self.match_prefix(token_ids, num_tokens)
             if pinned is None:
-                return PrefixHit((), 0)
+                return NO_HIT
             return PrefixHit(pinned.blocks, pinned.num_tokens)
         return self.lookup_prefix(token_ids[:num_tokens], cache_salt=cache_salt)
 
     def _free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue entries an allocation consumes: every block but hits already in use."""
+        if not hit.blocks:
+            return -(-num_tokens // self.block_size)
         shared = sum(1 for b in hit.blocks if self.gpu.ref_counts[b] > 0)
         cow = int(hit.num_computed_tokens % self.block_size != 0)  # a pinned partial block
         return self.blocks_for(num_tokens) - shared + cow

@@ -55,6 +55,20 @@ class VllmScheduler(Scheduler):
                 return False
         return True
 
+    def admit_only(self) -> SchedulerOutput | None:
+        """Without chunked prefill and with nothing swapped, ``schedule`` first admits the
+        waiting prompts; if any fit the round is prefill-only: this is that round. (The
+        admission test reads the free blocks and the running count, no running request; a
+        subclass with an admission test of its own, such as ``reserve``'s, which sums what
+        every running request still owes, gets no promise.)"""
+        if self.config.enable_chunked_prefill or self.swapped or not self.waiting:
+            return None
+        if type(self)._can_admit is not Scheduler._can_admit:
+            return None
+        out = SchedulerOutput()
+        self._admit_waiting(out, self.config.token_budget, chunked=False)
+        return out if out.chunks else None
+
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
             self._admit_waiting(out, self.config.token_budget, chunked=False)
