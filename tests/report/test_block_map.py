@@ -88,7 +88,9 @@ def test_snapshots_agree_with_the_books(ops: list[tuple[int, int, int]], waiting
     tokens = contiguous.usage().token_states
     assert -(-tokens // 8) <= (state == TOKENS).sum() <= tokens
     assert ((owner >= 0) == np.isin(state, HELD)).all()
-    assert set(owner[owner >= 0].tolist()) == set(contiguous.seq_ids())
+    # Every held row names a live owner; regions smaller than a row may share one, which then
+    # shows one of them, so not every owner need appear.
+    assert set(owner[owner >= 0].tolist()) <= set(contiguous.seq_ids())
     assert not (state == (FREE if waiting else WAITING_FREE)).any()  # free rows say if any wait
 
 
