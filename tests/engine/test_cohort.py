@@ -7,8 +7,11 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.windows import WindowCurve
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.test_fast_forward import ROOFLINE, run, same
 from tests.factories import make_engine
@@ -137,3 +140,47 @@ def test_a_cohort_stops_before_the_round_that_needs_a_preemption() -> None:
     fast = run(False, workload, ROOFLINE, **kw)
     assert ref[0]["preemptions"] >= 1
     same(ref[:4], fast[:4])
+
+
+class CrossingCost:
+    """Step time max(1, 0.002 x K/V tokens read): the two lines cross at 500 tokens, so windows
+    that grow past it hold the switch (``WindowCurve.split``) that the closed forms handle
+    apart."""
+
+    lines = ((1.0, 0.0), (0.0, 0.002))
+
+    def step_time(self, shape: BatchShape) -> float:
+        return max(a + b * shape.kv_read_tokens for a, b in self.lines)
+
+    def swap_time(self, num_blocks: int) -> float:
+        return 0.0
+
+    def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+        f, g = ((a + b * base.kv_read_tokens, b * delta.kv_read_tokens) for a, b in self.lines)
+        return WindowCurve(f, g, (0.0, 0.0))
+
+    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
+        n = num_seqs
+        return self.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
+
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
+        return self.curve(base, delta).sums(k)
+
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
+        return self.curve(base, delta).steps_to_reach(duration)
+
+
+@settings(max_examples=40, deadline=None)
+@given(workload=staggered_loads(), block_size=st.sampled_from([1, 16, 5]))
+def test_cohorts_equal_the_reference_across_a_switch_of_lines(
+    workload: list[RequestSpec], block_size: int
+) -> None:
+    kw: dict[str, Any] = {
+        "scheduler": "vllm",
+        "block_size": block_size,
+        "num_gpu_blocks": 1500 // block_size,
+        "max_model_len": 256,
+    }
+    cost = CrossingCost()
+    assert isinstance(cost, CostModel)
+    same(run(True, workload, cost, **kw)[:4], run(False, workload, cost, **kw)[:4])

@@ -92,6 +92,9 @@ class Cohort:
         self.sum_join = 0
         self.sum_tokens = 0
         self.frag_lagging = 0  # internal fragmentation the allocator's books do not know yet
+        # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
+        # pinned prefixes, if any, stay as they are).
+        self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
         self.rounds = 0
 
@@ -199,7 +202,7 @@ class Cohort:
         t.busy_time += total
         t.sum_running += n * k
         t.sum_batched_seqs += n * k
-        t.weighted_saved_blocks += self.kv.blocks_saved_by_sharing * total  # new blocks private
+        t.weighted_saved_blocks += self.saved * total
         if blocks:
             self.spare += self.pool.allocate_many(blocks)
         self.done = b

@@ -223,6 +223,7 @@ class RooflineCost:
             cfg.step_overhead_s + allreduces * cfg.allreduce_latency_s,
             (allreduces * ring_bytes / link, 0.0, 0.0, 0.0),
         )
+        self._lines = (self._compute, self._memory, self._extra)
         self.block_bytes_per_gpu = cfg.block_size * kv
         self._swap_per_block = (
             self.block_bytes_per_gpu / (gpu.pcie_bandwidth * cfg.pcie_efficiency)
@@ -264,9 +265,4 @@ class RooflineCost:
         )
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
-        n = num_seqs
-        return WindowCurve(
-            self._compute.decode_line(n, context),
-            self._memory.decode_line(n, context),
-            self._extra.decode_line(n, context),
-        )
+        return WindowCurve(*[line.decode_line(num_seqs, context) for line in self._lines])

@@ -275,7 +275,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
-        salt = _to_salt(cache_salt)
+        salt = None if cache_salt is None else _to_salt(cache_salt)
         table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
         if hit.blocks:
             table.block_hashes = list(hit.block_keys)
@@ -291,11 +291,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._token_slots += hit.num_computed_tokens % self.block_size
             self._cow_copies += len(copies)
             self._pending_copies.extend(copies)
-        self._register_keys(table)
-        sharing = self.config.enable_prefix_caching or self.config.enable_pinned_prefixes
-        if token_ids is not None and sharing:
-            self._prefix_queries += num_tokens
-            self._prefix_hits += hit.num_computed_tokens
+        if token_ids is not None:
+            self._register_keys(table)
+            if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+                self._prefix_queries += num_tokens
+                self._prefix_hits += hit.num_computed_tokens
         self._tables[seq_id] = table
         self._tails.track(seq_id, table)
         return hit.num_computed_tokens
@@ -510,7 +510,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     def _check_new(self, seq_id: SeqId, num_tokens: int, token_ids: Sequence[int] | None) -> None:
         if seq_id in self._tables or seq_id in self._swapped:
             raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        if type(num_tokens) is not int or num_tokens < 0:  # (a bool is not an int here)
             raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
         if token_ids is not None and len(token_ids) < num_tokens:
             raise ConfigError(
@@ -547,7 +547,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if not table.blocks:
             return
         # Every block but the last is full, so only the last one's fill needs looking up.
-        last, last_fill = table.blocks[-1], table.fill(len(table.blocks) - 1)
+        bs = self.block_size
+        last = table.blocks[-1]
+        last_fill = max(0, min(bs, table.num_tokens - (len(table.blocks) - 1) * bs))
         freed = table.release(self.gpu)
         self._token_slots -= self.block_size * len(freed)
         if freed and freed[0] == last:
