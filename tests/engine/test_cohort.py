@@ -13,7 +13,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.windows import WindowCurve
 from pagedkv.workloads.spec import RequestSpec
-from tests.engine.test_fast_forward import ROOFLINE, run, same
+from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.factories import make_engine
 
 
@@ -54,19 +54,17 @@ def test_cohorts_equal_the_reference(
     """Tight memory (cohorts end at the round whose blocks do not fit), a cap on running
     requests and a watermark (admission inside a cohort refused: it ends), one-token outputs
     (done at their prefill): the whole run, every request's record, equals the reference."""
-    kw: dict[str, Any] = {
-        "scheduler": scheduler,
-        "block_size": block_size,
-        "num_gpu_blocks": blocks_tokens // block_size,
-        "num_cpu_blocks": 64,
-        "preemption_mode": mode,
-        "max_model_len": 256,
-        "max_num_seqs": max_num_seqs,
-        "watermark": watermark,
-    }
-    ref = run(True, workload, ROOFLINE, **kw)
-    fast = run(False, workload, ROOFLINE, **kw)
-    same(ref[:4], fast[:4])
+    both_equal(
+        workload,
+        ROOFLINE,
+        scheduler,
+        block_size,
+        blocks_tokens,
+        mode,
+        max_model_len=256,
+        max_num_seqs=max_num_seqs,
+        watermark=watermark,
+    )
 
 
 def count_schedules(engine: Engine) -> list[int]:

@@ -59,6 +59,32 @@ def run(reference: bool, workload: list[RequestSpec], cost: CostModel, **kw: Any
     return summary, records, result.deadlocked, result.stuck, engine
 
 
+def both_equal(
+    workload: list[RequestSpec],
+    cost: CostModel,
+    scheduler: str,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    **extra: Any,
+) -> tuple[Any, Any]:
+    """Run ``workload`` stepping every round and fast-forwarded, on ``blocks_tokens`` slots of
+    GPU memory in blocks of ``block_size`` (and 64 CPU blocks); assert both runs are the same
+    (summary, requests, deadlock); returns both."""
+    kw: dict[str, Any] = {
+        "scheduler": scheduler,
+        "block_size": block_size,
+        "num_gpu_blocks": blocks_tokens // block_size,
+        "num_cpu_blocks": 64,
+        "preemption_mode": mode,
+        **extra,
+    }
+    ref = run(True, workload, cost, **kw)
+    fast = run(False, workload, cost, **kw)
+    same(ref[:4], fast[:4])
+    return ref, fast
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     workload=workloads(),
@@ -78,20 +104,18 @@ def test_fast_forward_equals_reference(
     chunked: bool,
     roofline: bool,
 ) -> None:
-    kw: dict[str, Any] = {
-        "scheduler": scheduler,
-        "block_size": block_size,
-        "num_gpu_blocks": blocks_tokens // block_size,
-        "num_cpu_blocks": 64,
-        "preemption_mode": mode,
-        "chunked": chunked and scheduler != "static",
-        "max_num_batched_tokens": 512 if chunked and scheduler != "static" else None,
-        "max_model_len": MAX_LEN,
-    }
-    cost: CostModel = ROOFLINE if roofline else UnitCost()
-    ref = run(True, workload, cost, **kw)
-    fast = run(False, workload, cost, **kw)
-    same(ref[:4], fast[:4])
+    chunked = chunked and scheduler != "static"
+    both_equal(
+        workload,
+        ROOFLINE if roofline else UnitCost(),
+        scheduler,
+        block_size,
+        blocks_tokens,
+        mode,
+        chunked=chunked,
+        max_num_batched_tokens=512 if chunked else None,
+        max_model_len=MAX_LEN,
+    )
 
 
 def test_fast_forward_skips_rounds() -> None:

@@ -7,8 +7,6 @@ and output. The fast-forward must still equal stepping every round.
 
 from __future__ import annotations
 
-from typing import Any
-
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
@@ -18,7 +16,7 @@ from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.errors import ConfigError
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
-from tests.engine.test_fast_forward import ROOFLINE, run, same
+from tests.engine.test_fast_forward import ROOFLINE, both_equal
 from tests.factories import BLOCK_SIZES, make_engine
 
 
@@ -200,17 +198,9 @@ def test_fast_forward_equals_reference_with_sharing(
     mode: str,
     caching: bool,
 ) -> None:
-    kw: dict[str, Any] = {
-        "scheduler": scheduler,
-        "block_size": block_size,
-        "num_gpu_blocks": blocks_tokens // block_size,
-        "num_cpu_blocks": 64,
-        "preemption_mode": mode,
-        "prefix_caching": caching,
-    }
-    ref = run(True, workload, ROOFLINE, **kw)
-    fast = run(False, workload, ROOFLINE, **kw)
-    same(ref[:4], fast[:4])
+    ref, fast = both_equal(
+        workload, ROOFLINE, scheduler, block_size, blocks_tokens, mode, prefix_caching=caching
+    )
     a, b = ref[4].scheduler.kv, fast[4].scheduler.kv
     if isinstance(a, KVCacheManager):
         assert isinstance(b, KVCacheManager)
