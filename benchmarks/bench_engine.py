@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=2_000)
     parser.add_argument("--rate", type=float, default=1.5, help="requests per second")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="slice runs each way, alternating (min is kept)"
+        "--repeat", type=int, default=5, help="slice runs each way, alternating (min is kept)"
     )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()

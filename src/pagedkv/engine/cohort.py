@@ -23,7 +23,7 @@ step times follow one cost-model curve and every category integrates in closed f
 The pool stays exact: the blocks taken in a window are taken at once and held by the cohort
 (``spare``) until their member's table gets them (the end) or its finish gives them back, so
 admission (``can_allocate``, the watermark) sees the true free blocks. The allocator's own books
-lag by the members' lag; ``usage`` adds the lag back. A window stops before the round whose new
+lag by the members' lag; ``_levels`` adds the lag back. A window stops before the round whose new
 blocks do not fit (the scheduler preempts) and at the round an arrival falls in.
 """
 
@@ -36,7 +36,7 @@ from pagedkv.engine.periodic import PeriodicCounts
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.interface import SeqId
 from pagedkv.memory.manager import KVCacheManager
-from pagedkv.memory.usage import MemoryUsage
+from pagedkv.memory.usage import MemoryUsage, categories
 
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
@@ -246,7 +246,17 @@ class Cohort:
         if batch is None:
             return False
         queued = sched.has_queued()
-        eng.step(batch, self.usage(waiting=queued))
+        result = eng.executor.execute(batch)
+        # Its memory is what the books and the members' lag say (``Engine.step`` would read
+        # the lagging books alone).
+        tokens, alloc, internal = self._levels()
+        slots = categories(self.kv.capacity, tokens, alloc - tokens - internal, internal, queued)
+        if eng.check_integrity:  # every category >= 0, their sum the capacity
+            MemoryUsage(self.kv.capacity, *slots)
+        totals = eng.totals
+        totals.record(result.duration, slots, len(sched.running), len(batch.chunks))
+        totals.weighted_saved_blocks += result.duration * self.saved
+        eng.apply(batch, result)
         for chunk in batch.chunks:
             if chunk.request.status is RequestStatus.RUNNING:  # not finished by its prefill
                 self._join(chunk.request)
@@ -261,13 +271,6 @@ class Cohort:
         alloc = tokens + reservation + internal + self.bs * len(self.spare)
         tokens += len(self.members) * self.done - self.sum_join
         return tokens, alloc, internal + self.frag_lagging
-
-    def usage(self, waiting: bool) -> MemoryUsage:
-        """The memory now (``_levels``), as the engine records it."""
-        tokens, alloc, internal = self._levels()
-        return MemoryUsage.from_books(
-            self.kv.capacity, tokens, alloc - tokens - internal, internal, waiting
-        )
 
     def _sync(self) -> None:
         """Bring every member up to date: counters, and tables grown by their lag (the spare

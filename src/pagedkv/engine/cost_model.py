@@ -164,14 +164,13 @@ class _Linear:
             + c[3] * shape.kv_read_tokens
         )
 
-    def decode_line(self, n: int, context: int) -> tuple[float, float]:
-        """(at, slope) of n decodes after ``context`` tokens in all: ``at`` of
-        BatchShape(n, n, context + n, context + n) and ``slope`` of (0, 0, n, n), the same
-        float operations in the same order."""
-        c = self.coef
-        read = context + n
-        at = self.const + (c[0] * n + c[1] * n + c[2] * read + c[3] * read)
-        return at, c[0] * 0 + c[1] * 0 + c[2] * n + c[3] * n
+
+def _decode_line(line: _Linear, n: int, read: int) -> tuple[float, float]:
+    """(at, slope) of ``line`` for n decodes reading ``read`` K/V tokens in all: ``at`` of
+    BatchShape(n, n, read, read) and ``slope`` of (0, 0, n, n), with ``_Linear``'s float
+    operations in their order."""
+    c0, c1, c2, c3 = line.coef
+    return line.const + (c0 * n + c1 * n + c2 * read + c3 * read), c0 * 0 + c1 * 0 + c2 * n + c3 * n
 
 
 class RooflineCost:
@@ -265,4 +264,8 @@ class RooflineCost:
         )
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
-        return WindowCurve(*[line.decode_line(num_seqs, context) for line in self._lines])
+        n, read = num_seqs, context + num_seqs
+        c, m, e = self._lines
+        return WindowCurve(
+            _decode_line(c, n, read), _decode_line(m, n, read), _decode_line(e, n, read)
+        )

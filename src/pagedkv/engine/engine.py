@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pagedkv.engine.executor import Executor
+from pagedkv.engine.executor import Executor, StepResult
 from pagedkv.engine.fast_forward import FastForward
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
@@ -161,21 +161,24 @@ class Engine:
         self._check_conservation()
         return EngineRun(self.requests, self.totals, self.now, steps=self.steps)
 
-    def step(self, batch: SchedulerOutput, usage: MemoryUsage | None = None) -> bool:
-        """Run one iteration; True if a request finished in it.
-
-        ``usage``: the memory during the iteration when the allocator's books lag behind (the
-        fast-forward's decode cohort runs admission rounds so); they are checked when synced.
-        """
+    def step(self, batch: SchedulerOutput) -> bool:
+        """Run one iteration; True if a request finished in it."""
         sched = self.scheduler
         result = self.executor.execute(batch)
-        duration, sampled = result.duration, result.sampled
-        lagging = usage is not None
-        if usage is None:
-            usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
-        self._account(batch, duration, usage)
+        usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
+        self._account(batch, result.duration, usage)
+        finished = self.apply(batch, result)
+        if self.check_integrity:
+            sched.kv.check_integrity()
+            self._check_usage(usage)
+        return finished
+
+    def apply(self, batch: SchedulerOutput, result: StepResult) -> bool:
+        """An iteration's effects once it ran (and was accounted): the clock, each request's
+        counters and sampled tokens; finished requests free their memory. True if any did."""
+        sampled = result.sampled
         start = self.now
-        self.now += duration
+        self.now += result.duration
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request
@@ -192,10 +195,6 @@ class Engine:
                 if req.num_output_tokens == req.output_len:
                     finished.append(req)
         self.finish(finished)
-        if self.check_integrity:
-            if not lagging:
-                sched.kv.check_integrity()
-            self._check_usage(usage)
         return bool(finished)
 
     def finish(self, finished: list[Request]) -> None:

@@ -74,13 +74,33 @@ class StepTotals:
         repeat: int = 1,
     ) -> None:
         """Record ``repeat`` identical iterations of ``duration`` each (in total ``duration``)."""
+        slots = (
+            usage.token_states,
+            usage.reservation,
+            usage.internal_fragmentation,
+            usage.external_fragmentation,
+            usage.free,
+        )
+        self.record(duration, slots, num_running, num_batched_seqs, repeat)
+
+    def record(
+        self,
+        duration: float,
+        slots: tuple[int, int, int, int, int],
+        num_running: int,
+        num_batched_seqs: int,
+        repeat: int = 1,
+    ) -> None:
+        """``add`` with the memory as the slots of each category, in ``CATEGORIES`` order
+        (``pagedkv.memory.usage.categories``), for a caller that has no ``MemoryUsage``."""
         self.iterations += repeat
         self.busy_time += duration
         self.max_running = max(self.max_running, num_running)
         self.sum_running += num_running * repeat
         self.sum_batched_seqs += num_batched_seqs * repeat
-        for name in CATEGORIES:
-            self.weighted[name] += duration * getattr(usage, name)
+        weighted = self.weighted
+        for name, n in zip(CATEGORIES, slots, strict=True):
+            weighted[name] += duration * n
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:

@@ -37,15 +37,18 @@ class PeriodicCounts:
 
     def add(self, residue: int, delta: int) -> None:
         """count[residue] += delta (it must stay >= 0)."""
-        if self.count[residue] + delta < 0:
+        count = self.count[residue] + delta
+        if count < 0:
             raise ValueError(f"count of residue {residue} below zero")
-        self.count[residue] += delta
-        self._w1[residue] += delta * residue
-        self._w2[residue] += delta * residue * residue
+        self.count[residue] = count
+        d1 = delta * residue
+        d2 = d1 * residue
+        self._w1[residue] += d1
+        self._w2[residue] += d2
         s = self._s
         s[0] += delta
-        s[1] += delta * residue
-        s[2] += delta * residue * residue
+        s[1] += d1
+        s[2] += d2
 
     def _g0(self, y: int) -> int:
         """G_0(y) = sum_{i=1..y} w(i), y >= 0."""

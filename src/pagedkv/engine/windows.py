@@ -99,13 +99,13 @@ class WindowCurve:
         self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
     ) -> None:
         d0, d1 = f[0] - g[0], f[1] - g[1]
-
-        def f_wins(j: int) -> bool:
-            return d0 + d1 * j >= 0
-
-        first = f_wins(0)
+        first = d0 >= 0  # f wins at j = 0 (ties go to f)
         self.split: int | None = None  # first j where the other line wins; None: never
         if d1 != 0 and (d1 < 0) == first:  # the gap closes: one switch, at the root
+
+            def f_wins(j: int) -> bool:
+                return d0 + d1 * j >= 0
+
             root = -d0 / d1
             split = max(math.floor(root) + 1 if first else math.ceil(root), 1)
             while split > 1 and f_wins(split - 1) != first:

@@ -244,14 +244,18 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         LATER: it would leave fewer than the watermark's blocks free.
         """
         self._check_new(seq_id, num_tokens, token_ids)
-        hit = self._hit(num_tokens, token_ids, cache_salt)
+        # (Token ids unknown, no pins: the usual simulation, where the helpers are no-ops.)
+        hit = NO_HIT if token_ids is None else self._hit(num_tokens, token_ids, cache_salt)
         bs = self.block_size
         needed = -(-num_tokens // bs)
-        total = self.gpu.num_blocks - self._pinned_apart(hit.num_computed_tokens)
+        total = self.gpu.num_blocks
+        if self._pins:
+            total -= self._pinned_apart(hit.num_computed_tokens)
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return AllocStatus.NEVER
-        if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
+        taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
+        if self.gpu.num_free - taken < wm:
             return AllocStatus.LATER
         return AllocStatus.OK
 
@@ -272,10 +276,21 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         free blocks do not suffice (the watermark is ``can_allocate``'s business, not this).
         """
         self._check_new(seq_id, num_tokens, token_ids)
+        if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
+            needed = -(-num_tokens // self.block_size)
+            if needed > self.gpu.num_free:
+                return None
+            table = BlockTable(self.block_size, final_len=final_len, salt=_to_salt(cache_salt))
+            table.blocks = self.gpu.allocate_many(needed)
+            table.num_tokens = num_tokens
+            self._token_slots += num_tokens
+            self._tables[seq_id] = table
+            self._tails.track(seq_id, table)
+            return 0
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
-        salt = None if cache_salt is None else _to_salt(cache_salt)
+        salt = _to_salt(cache_salt)
         table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
         if hit.blocks:
             table.block_hashes = list(hit.block_keys)
@@ -291,11 +306,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._token_slots += hit.num_computed_tokens % self.block_size
             self._cow_copies += len(copies)
             self._pending_copies.extend(copies)
-        if token_ids is not None:
-            self._register_keys(table)
-            if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
-                self._prefix_queries += num_tokens
-                self._prefix_hits += hit.num_computed_tokens
+        self._register_keys(table)
+        if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+            self._prefix_queries += num_tokens
+            self._prefix_hits += hit.num_computed_tokens
         self._tables[seq_id] = table
         self._tails.track(seq_id, table)
         return hit.num_computed_tokens

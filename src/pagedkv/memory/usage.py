@@ -97,12 +97,24 @@ class MemoryUsage:
         waiting_for_memory: bool,
     ) -> MemoryUsage:
         """Unallocated slots are external fragmentation if anyone waits, else free."""
-        unallocated = capacity - token_states - reservation - internal_fragmentation
         return cls(
-            capacity=capacity,
-            token_states=token_states,
-            reservation=reservation,
-            internal_fragmentation=internal_fragmentation,
-            external_fragmentation=unallocated if waiting_for_memory else 0,
-            free=0 if waiting_for_memory else unallocated,
+            capacity,
+            *categories(
+                capacity, token_states, reservation, internal_fragmentation, waiting_for_memory
+            ),
         )
+
+
+def categories(
+    capacity: int,
+    token_states: int,
+    reservation: int,
+    internal_fragmentation: int,
+    waiting_for_memory: bool,
+) -> tuple[int, int, int, int, int]:
+    """The five categories (``MemoryUsage``'s order) from the books, without building one:
+    unallocated slots are external fragmentation if anyone waits, else free."""
+    unallocated = capacity - token_states - reservation - internal_fragmentation
+    if waiting_for_memory:
+        return token_states, reservation, internal_fragmentation, unallocated, 0
+    return token_states, reservation, internal_fragmentation, 0, unallocated
