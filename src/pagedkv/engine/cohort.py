@@ -20,10 +20,11 @@ step times follow one cost-model curve and every category integrates in closed f
     allocated     A T + bs sum over new blocks i of (T - T(i-1))   (moments of PeriodicCounts)
     internal      I T + sum over last blocks z of frag (T - T(z-1))
 
-The pool stays exact: the blocks taken in a window are taken at once and held by the cohort
-(``spare``) until their member's table gets them (the end) or its finish gives them back, so
-admission (``can_allocate``, the watermark) sees the true free blocks. The allocator's own books
-lag by the members' lag; ``_levels`` adds the lag back. A window stops before the round whose new
+The pool stays exact where it is read: the blocks taken in a window are taken at once and held
+by the cohort (``spare``) until their member's table gets them (the end). A finisher's spare
+blocks stay with the cohort as ``surplus`` for the next windows' growth, and any surplus goes
+back to the pool before an admission, so ``can_allocate`` (the watermark) sees the true free
+blocks. The allocator's own books lag by the members' lag; ``_levels`` adds the lag back. A window stops before the round whose new
 blocks do not fit (the scheduler preempts) and at the round an arrival falls in.
 """
 
@@ -89,6 +90,7 @@ class Cohort:
         self.last_blocks: list[tuple[int, int]] = []  # (round, frag) of last new blocks to come
         self.blocks = PeriodicCounts(self.bs)
         self.spare: list[int] = []  # blocks taken for members' growth, not in their tables yet
+        self.surplus = 0  # of them, those no member holds (a finisher's): free in all but name
         self.sum_join = 0
         self.sum_tokens = 0
         self.frag_lagging = 0  # internal fragmentation the allocator's books do not know yet
@@ -128,7 +130,7 @@ class Cohort:
                 k = curve.steps_to_reach(arrival - eng.now)
                 sums = curve.sums(k)
             taken = self.blocks.window(d, d + k)
-            free = self.pool.num_free
+            free = self.pool.num_free + self.surplus
             short = taken[0] > free
             if short:  # the first round whose new blocks do not fit needs the scheduler
                 k = self.blocks.first_over(d, free) - 1 - d
@@ -203,16 +205,17 @@ class Cohort:
         t.sum_running += n * k
         t.sum_batched_seqs += n * k
         t.weighted_saved_blocks += self.saved * total
-        if blocks:
-            self.spare += self.pool.allocate_many(blocks)
+        if blocks > self.surplus:  # the surplus first, then the pool
+            self.spare += self.pool.allocate_many(blocks - self.surplus)
+        self.surplus = max(0, self.surplus - blocks)
         self.done = b
         eng.now += total
         self.windows += 1
         self.rounds += k
 
     def _finish(self) -> None:
-        """Members whose last round was the one just run: counters up to date, blocks freed
-        (the spare ones they took lagging, and their tables), in running order."""
+        """Members whose last round was the one just run: counters up to date, tables freed
+        (in running order), the spare blocks they took lagging kept as surplus."""
         finishes, d = self.finishes, self.done
         group = []
         while finishes and finishes[0][0] == d:
@@ -224,9 +227,7 @@ class Cohort:
             self.sum_join -= m.join
             self.sum_tokens -= m.tokens
             self.frag_lagging -= m.frag  # its last block was taken by now
-            if m.taken:
-                self.pool.release(self.spare[-m.taken :])
-                del self.spare[-m.taken :]
+            self.surplus += m.taken
             group.append(req)
         self.engine.finish(group)  # frees its (lagging) table: the books drop what they hold
 
@@ -242,6 +243,7 @@ class Cohort:
         # without token ids an admission shares no block, so memory stays plain after it.
         if sched.has_groups or sched.has_token_ids:
             return False
+        self._return_surplus()  # admission reads the pool's free blocks
         batch = sched.admit_only()
         if batch is None:
             return False
@@ -265,12 +267,18 @@ class Cohort:
     # ----- books -----------------------------------------------------------------------------
     def _levels(self) -> tuple[int, int, int]:
         """(token states, allocated, internal fragmentation) now: the allocator's books plus
-        what the members' lag hides from them (their new tokens, the spare blocks, the internal
-        fragmentation of last blocks taken since they joined)."""
+        what the members' lag hides from them (their new tokens, the spare blocks they hold, the
+        internal fragmentation of last blocks taken since they joined)."""
         tokens, reservation, internal = self.kv.books()
-        alloc = tokens + reservation + internal + self.bs * len(self.spare)
+        alloc = tokens + reservation + internal + self.bs * (len(self.spare) - self.surplus)
         tokens += len(self.members) * self.done - self.sum_join
         return tokens, alloc, internal + self.frag_lagging
+
+    def _return_surplus(self) -> None:
+        if self.surplus:
+            self.pool.release(self.spare[-self.surplus :])
+            del self.spare[-self.surplus :]
+            self.surplus = 0
 
     def _sync(self) -> None:
         """Bring every member up to date: counters, and tables grown by their lag (the spare
@@ -278,6 +286,7 @@ class Cohort:
         if self.spare:
             self.pool.release(self.spare)
             self.spare = []
+            self.surplus = 0
         by_lag: dict[int, list[SeqId]] = {}
         for req, m in self.members.items():
             lag = self.done - m.join
