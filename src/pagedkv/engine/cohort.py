@@ -24,8 +24,9 @@ The pool stays exact where it is read: the blocks taken in a window are taken at
 by the cohort (``spare``) until their member's table gets them (the end). A finisher's spare
 blocks stay with the cohort as ``surplus`` for the next windows' growth, and any surplus goes
 back to the pool before an admission, so ``can_allocate`` (the watermark) sees the true free
-blocks. The allocator's own books lag by the members' lag; ``_levels`` adds the lag back. A window stops before the round whose new
-blocks do not fit (the scheduler preempts) and at the round an arrival falls in.
+blocks. The allocator's own books lag by the members' lag; ``_levels`` adds the lag back. A
+window stops before the round whose new blocks do not fit (the scheduler preempts) and at the
+round an arrival falls in.
 """
 
 from __future__ import annotations
