@@ -3,9 +3,10 @@
     python benchmarks/bench_engine.py [--requests 100000] [--slice 2000] [--rate 1.5] [--repeat 3]
 
 Reports wall time, simulated requests per wall second and peak memory (RSS) of the large run,
-and, on a slice run both ways in the same process (alternating, ``--repeat`` times, the fastest
-of each kept: the machine is noisy), the fast-forward's speed-up over stepping every iteration
-(the two runs' summaries must agree). The slice's seconds are the engine runs:
+and, on a slice run both ways in the same process (alternating, ``--repeat`` times; a fast
+measurement repeats the fast run for as long as a reference run takes, so both average over the
+same span of this noisy machine; the fastest measurement of each is kept), the fast-forward's
+speed-up over stepping every iteration (the two runs' summaries must agree). The slice's seconds are the engine runs:
 drawing the workload is the same work in both and is timed apart (the ratio with it is given
 too); the large run's wall time includes it. Ratios, not absolute seconds, are what to compare
 across machines.
@@ -73,18 +74,25 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=2_000)
     parser.add_argument("--rate", type=float, default=1.5, help="requests per second")
     parser.add_argument(
-        "--repeat", type=int, default=5, help="slice runs each way, alternating (min is kept)"
+        "--repeat", type=int, default=3, help="slice measurements each way, alternating"
     )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
 
-    # The slice both ways, alternating, ``--repeat`` times; the fastest of each (the least
-    # disturbed by whatever else the machine runs) gives the ratio, all pairs its spread.
+    # The slice both ways, alternating, ``--repeat`` times. The machine's speed drifts over
+    # seconds, so each fast measurement repeats the fast run until it has taken as long as the
+    # reference run before it (the mean per run is kept): both sides then average over the same
+    # span of time. The fastest measurement of each gives the ratio; each pair's ratio shows the
+    # spread.
     pairs = []
     for _ in range(args.repeat):
         ref_build, ref_s, ref = run(args.slice, args.rate, reference=True)
-        fast_build, fast_s, fast = run(args.slice, args.rate, reference=False)
-        pairs.append((ref_build, ref_s, fast_build, fast_s))
+        builds, runs = [], []
+        while not runs or sum(runs) < ref_s:
+            fast_build, fast_run, fast = run(args.slice, args.rate, reference=False)
+            builds.append(fast_build)
+            runs.append(fast_run)
+        pairs.append((ref_build, ref_s, min(builds), sum(runs) / len(runs)))
     ref_build, ref_s = min(p[0] for p in pairs), min(p[1] for p in pairs)
     fast_build, fast_s = min(p[2] for p in pairs), min(p[3] for p in pairs)
     spread = [p[1] / p[3] for p in pairs]
@@ -115,7 +123,8 @@ def main() -> None:
         str(fast["iterations"]),
         f"{fast_s:.2f}",
         f"{args.slice / fast_s:,.0f}",
-        f"{ref_s / fast_s:.1f}x the reference (fastest of {args.repeat} engine runs each; "
+        f"{ref_s / fast_s:.1f}x the reference (engine runs, fastest of {args.repeat} "
+        "measurements each, a fast one as long as a reference run; "
         f"pairs {min(spread):.1f}-{max(spread):.1f}x; "
         f"{(ref_build + ref_s) / (fast_build + fast_s):.1f}x with the workload drawn); "
         f"summaries agree: {agree}; {events:,} events, {per_event:.1f} iterations per event",
