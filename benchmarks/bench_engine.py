@@ -6,9 +6,9 @@ Reports wall time, simulated requests per wall second and peak memory (RSS) of t
 and, on a slice run both ways in the same process (alternating, ``--repeat`` times; a fast
 measurement repeats the fast run for as long as a reference run takes, so both average over the
 same span of this noisy machine; the fastest measurement of each is kept), the fast-forward's
-speed-up over stepping every iteration (the two runs' summaries must agree). The slice's seconds are the engine runs:
-drawing the workload is the same work in both and is timed apart (the ratio with it is given
-too); the large run's wall time includes it. Ratios, not absolute seconds, are what to compare
+speed-up over stepping every iteration (the two runs' summaries must agree). The slice's
+seconds are the engine runs: drawing the workload is the same work in both and is timed apart
+(the ratio with it is given too); the large run's wall time includes it. Ratios, not absolute seconds, are what to compare
 across machines.
 """
 
