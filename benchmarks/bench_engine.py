@@ -8,8 +8,8 @@ measurement repeats the fast run for as long as a reference run takes, so both a
 same span of this noisy machine; the fastest measurement of each is kept), the fast-forward's
 speed-up over stepping every iteration (the two runs' summaries must agree). The slice's
 seconds are the engine runs: drawing the workload is the same work in both and is timed apart
-(the ratio with it is given too); the large run's wall time includes it. Ratios, not absolute seconds, are what to compare
-across machines.
+(the ratio with it is given too); the large run's wall time includes it. Ratios, not absolute
+seconds, are what to compare across machines.
 """
 
 from __future__ import annotations
