@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 
 from pagedkv.errors import IntegrityError
-from pagedkv.memory.usage import MemoryUsage
+from pagedkv.memory.usage import MemoryUsage, categories
 
 
 @given(
@@ -28,6 +28,14 @@ def test_from_books_partitions_capacity(args: tuple[int, int, int, int, bool]) -
     assert u.unallocated == c - u.allocated
     assert (u.external_fragmentation > 0) <= waiting
     assert (u.free > 0) <= (not waiting)
+    # The bare categories (for callers that build no MemoryUsage) are the very same numbers.
+    assert categories(c, t, r, i, waiting) == (
+        u.token_states,
+        u.reservation,
+        u.internal_fragmentation,
+        u.external_fragmentation,
+        u.free,
+    )
     assert u.pool_occupancy == pytest.approx(u.allocated / c)
     assert 0 <= u.token_utilization <= 1
     f = u.fractions()
