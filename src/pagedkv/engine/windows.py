@@ -17,6 +17,8 @@ from pagedkv.errors import ConfigError
 
 def check_duration(duration: float) -> float:
     """``duration`` as a float; ConfigError unless it is a finite number."""
+    if type(duration) is float and -math.inf < duration < math.inf:  # the usual case, at once
+        return duration
     if isinstance(duration, bool) or not isinstance(duration, (int, float)):
         raise ConfigError("duration", duration, "must be a finite number")
     if not math.isfinite(duration):
