@@ -87,7 +87,8 @@ def main() -> None:
     pairs = []
     for _ in range(args.repeat):
         ref_build, ref_s, ref = run(args.slice, args.rate, reference=True)
-        builds, runs = [], []
+        builds: list[float] = []
+        runs: list[float] = []
         while not runs or sum(runs) < ref_s:
             fast_build, fast_run, fast = run(args.slice, args.rate, reference=False)
             builds.append(fast_build)

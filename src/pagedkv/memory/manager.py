@@ -254,8 +254,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return AllocStatus.NEVER
-        taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
-        if self.gpu.num_free - taken < wm:
+        if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
             return AllocStatus.LATER
         return AllocStatus.OK
 
@@ -561,9 +560,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if not table.blocks:
             return
         # Every block but the last is full, so only the last one's fill needs looking up.
-        bs = self.block_size
-        last = table.blocks[-1]
-        last_fill = max(0, min(bs, table.num_tokens - (len(table.blocks) - 1) * bs))
+        last, last_fill = table.blocks[-1], table.fill(len(table.blocks) - 1)
         freed = table.release(self.gpu)
         self._token_slots -= self.block_size * len(freed)
         if freed and freed[0] == last:

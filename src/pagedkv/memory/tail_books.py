@@ -53,37 +53,28 @@ class TailBooks:
 
     def track(self, seq_id: SeqId, table: BlockTable) -> None:
         """Count the table's last block (call after the table changed)."""
-        blocks = table.blocks
-        bs = self.block_size
-        if blocks and blocks[-1] not in self._wants:  # a block no one counts yet (usual)
-            fill = table.num_tokens - (len(blocks) - 1) * bs
-            if fill >= bs:
-                return  # full: nothing to count
-            final = table.final_len
-            start = table.num_tokens - fill
-            want = bs if final is None else min(bs, max(final - start, fill))
-            block = blocks[-1]
-            self._wants[block] = {seq_id: want}
-            self._fill[block] = fill
-            self.reservation += want - fill
-            self.internal += bs - want
-            return
         tail = self._tail(table)
         if tail is None:
             return
         block, fill, want = tail
-        if block in self._wants:
-            self._add(block, -1)
-        self._wants.setdefault(block, {})[seq_id] = want
+        wants = self._wants.get(block)
+        if wants is None:  # a block no one counts yet (the usual case): its own books
+            self._wants[block] = {seq_id: want}
+            self._fill[block] = fill
+            self.reservation += want - fill
+            self.internal += self.block_size - want
+            return
+        self._add(block, -1)
+        wants[seq_id] = want
         self._fill[block] = fill
         self._add(block, +1)
 
     def untrack(self, seq_id: SeqId, table: BlockTable) -> None:
         """Stop counting the table's last block (call before the table changes)."""
-        n = len(table.blocks)
-        if n == 0 or table.num_tokens - (n - 1) * self.block_size >= self.block_size:
-            return  # no partial last block
-        block = table.blocks[-1]
+        tail = self._tail(table)
+        if tail is None:
+            return
+        block = tail[0]
         wants = self._wants[block]
         if len(wants) == 1:  # the sequence's own block (the usual case): drop its books
             want = wants[seq_id]
@@ -92,11 +83,8 @@ class TailBooks:
             del self._wants[block], self._fill[block]
             return
         self._add(block, -1)
-        del self._wants[block][seq_id]
-        if self._wants[block]:
-            self._add(block, +1)
-        else:
-            del self._wants[block], self._fill[block]
+        del wants[seq_id]
+        self._add(block, +1)
 
     def advance(self, seq_id: SeqId, table: BlockTable, old_fill: int) -> None:
         """Fast path of untrack + track for tokens written into the table's own partial last
