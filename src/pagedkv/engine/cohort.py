@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, NamedTuple
 
+from pagedkv.engine.executor import batch_shape
 from pagedkv.engine.periodic import PeriodicCounts
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.interface import SeqId
@@ -43,7 +44,11 @@ from pagedkv.memory.usage import MemoryUsage, categories
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
+    from pagedkv.engine.scheduler import SchedulerOutput
     from pagedkv.engine.windows import WindowCurve
+
+
+_RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
 
 
 def plain(engine: Engine) -> bool:
@@ -77,11 +82,12 @@ class Member(NamedTuple):
 class Cohort:
     """One cohort, from the running requests of a pure decode round to its end."""
 
-    def __init__(self, engine: Engine, cost: CostModel) -> None:
+    def __init__(self, engine: Engine, cost: CostModel, prices: dict[object, float]) -> None:
         kv = engine.scheduler.kv
         assert isinstance(kv, KVCacheManager), "plain() admits paged memory only"
         self.engine = engine
         self.cost = cost
+        self.prices = prices  # admission rounds' durations by shape (``_duration``)
         self.kv = kv
         self.pool = kv.gpu
         self.bs = kv.block_size
@@ -90,8 +96,8 @@ class Cohort:
         self.finishes: list[tuple[int, float, int, Request]] = []  # (round, arrival key, req)
         self.last_blocks: list[tuple[int, int]] = []  # (round, frag) of last new blocks to come
         self.blocks = PeriodicCounts(self.bs)
-        self.spare: list[int] = []  # blocks taken for members' growth, not in their tables yet
-        self.surplus = 0  # of them, those no member holds (a finisher's): free in all but name
+        self.held = 0  # blocks the members took since they joined (not in their tables yet)
+        self.spare: list[int] = []  # blocks taken from the pool for them (see ``_settle``)
         self.sum_join = 0
         self.sum_tokens = 0
         self.frag_lagging = 0  # internal fragmentation the allocator's books do not know yet
@@ -99,7 +105,15 @@ class Cohort:
         # pinned prefixes, if any, stay as they are).
         self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
-        self.rounds = 0
+        self.rounds = 0  # decode rounds run in windows
+        # What the cohort adds to the engine's totals (at its end, ``_flush``): the sums of
+        # sequences over its windows' rounds (each runs and decodes them all), its admission
+        # rounds (a queue left behind ends the cohort: that last one is recorded at once) and
+        # their running and batched sequences, and the time integrals of the clock, token
+        # states, allocated slots and internal fragmentation over all of them (nothing waits
+        # in them, so unallocated slots are free).
+        self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
+        self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
 
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -108,34 +122,37 @@ class Cohort:
             self._join(req)
         self._loop()
         self._sync()
+        self._flush()
 
     def _loop(self) -> None:
         eng = self.engine
+        finishes, blocks, pool = self.finishes, self.blocks, self.pool
+        decode_curve = self.cost.decode_curve
+        arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
         while True:
-            arrival = eng.next_arrival
             if arrival is not None and arrival <= eng.now:
                 if not self._admit():
                     return
+                arrival = eng.next_arrival
                 continue
-            if not self.finishes:  # nobody decodes
+            if not finishes:  # nobody decodes
                 if arrival is None:
                     return
                 eng.now = arrival  # idle until it arrives
                 continue
             n, d = len(self.members), self.done
-            k = self.finishes[0][0] - d  # to the next finish (>= 1)
-            context = self.sum_tokens + n * d - self.sum_join
-            curve = self.cost.decode_curve(n, context)
+            k = finishes[0][0] - d  # to the next finish (>= 1)
+            curve = decode_curve(n, self.sum_tokens + n * d - self.sum_join)
             sums = curve.sums(k)
             if arrival is not None and arrival - eng.now <= sums[0]:  # it falls in round <= k
-                k = curve.steps_to_reach(arrival - eng.now)
-                sums = curve.sums(k)
-            taken = self.blocks.window(d, d + k)
-            free = self.pool.num_free + self.surplus
+                k, sums = curve.reach(arrival - eng.now)
+            taken = blocks.window(d, d + k)
+            # Free blocks: the pool's, less those the members took that it still counts.
+            free = pool.num_free - self.held + len(self.spare)
             short = taken[0] > free
             if short:  # the first round whose new blocks do not fit needs the scheduler
-                k = self.blocks.first_over(d, free) - 1 - d
-                sums, taken = curve.sums(k), self.blocks.window(d, d + k)
+                k = blocks.first_over(d, free) - 1 - d
+                sums, taken = curve.sums(k), blocks.window(d, d + k)
             if k > 0:
                 self._decode(curve, k, sums, taken)
             if short:
@@ -145,19 +162,20 @@ class Cohort:
     def _join(self, req: Request) -> None:
         """``req`` decodes from the next round on (its pending token is its only one)."""
         bs, d = self.bs, self.done
-        tokens = req.num_computed_tokens
+        tokens, outputs = req.num_computed_tokens, req.num_output_tokens
         room = -tokens % bs  # its table holds the blocks its tokens need, none shared
-        left = req.output_len - req.num_output_tokens
+        left = req.output_len - outputs
         first, last = d + room + 1, d + left  # its first new block's round, its finish round
-        taken = (last - first) // bs + 1 if last >= first else 0
-        frag = 0
-        if taken:  # the last new block's slots past the final length
-            frag = room + taken * bs - left
+        residue = first % bs
+        taken = frag = 0
+        if last >= first:
+            taken = (last - first) // bs + 1
+            frag = room + taken * bs - left  # the last new block's slots past the final length
             if frag:
                 heapq.heappush(self.last_blocks, (first + (taken - 1) * bs, frag))
-        self.members[req] = Member(d, tokens, req.num_output_tokens, left, first % bs, taken, frag)
+        self.members[req] = Member(d, tokens, outputs, left, residue, taken, frag)
         heapq.heappush(self.finishes, (last, req.arrival_time, req.request_id, req))
-        self.blocks.add(first % bs, 1)
+        self.blocks.add(residue, 1)
         self.sum_join += d
         self.sum_tokens += tokens
 
@@ -172,45 +190,42 @@ class Cohort:
         counters, clock, and the blocks the members take. ``sums``: ``curve.sums(k)``, the sum
         of d_j and of j d_j over j = 0..k-1 (round a+1+j); ``taken``: the blocks taken in these
         rounds, and their sums of x and x^2, x = j of the round (``PeriodicCounts.window``)."""
-        eng, bs = self.engine, self.bs
-        a, b = self.done, self.done + k
+        a = self.done
+        b = a + k
         n = len(self.members)
-        tokens_now, alloc_now, internal_now = self._levels()
+        # The levels now (``_levels``, inlined: once a window).
+        tokens_now, reservation, internal_now = self.kv.books()
+        alloc_now = tokens_now + reservation + internal_now + self.bs * self.held
+        tokens_now += n * a - self.sum_join
+        internal_now += self.frag_lagging
         total, moment = sums
         tokens = (tokens_now + n) * total + n * moment
         alloc = alloc_now * total
+        h0, h1 = curve.head
+        one_line = curve.split is None or k - 1 <= curve.split  # T(x) = h0 x + h1 x (x-1) / 2
         blocks, s1, s2 = taken
         if blocks:  # a block taken in round i = a+1+x is held from T(x) = sum_{j<x} d_j on
-            split = curve.split
-            if split is None or k - 1 <= split:  # one line: T(x) = h0 x + h1 x (x-1) / 2
-                h0, h1 = curve.head
+            if one_line:
                 before = h0 * s1 + h1 * ((s2 - s1) // 2)
             else:
                 before = sum(curve.totals([i - 1 - a for i in self.blocks.rounds(a, b)]))
-            alloc += bs * (blocks * total - before)
+            alloc += self.bs * (blocks * total - before)
         internal = internal_now * total
         last_blocks = self.last_blocks
-        if last_blocks and last_blocks[0][0] <= b:
-            while last_blocks and last_blocks[0][0] <= b:
-                z, frag = heapq.heappop(last_blocks)
-                internal += frag * (total - curve.totals([z - 1 - a])[0])
-                self.frag_lagging += frag
-        t = eng.totals
-        weighted = t.weighted  # external fragmentation: 0, nothing waits (unallocated is free)
-        weighted["token_states"] += tokens
-        weighted["reservation"] += alloc - tokens - internal
-        weighted["internal_fragmentation"] += internal
-        weighted["free"] += self.kv.capacity * total - alloc
-        t.iterations += k
-        t.busy_time += total
-        t.sum_running += n * k
-        t.sum_batched_seqs += n * k
-        t.weighted_saved_blocks += self.saved * total
-        if blocks > self.surplus:  # the surplus first, then the pool
-            self.spare += self.pool.allocate_many(blocks - self.surplus)
-        self.surplus = max(0, self.surplus - blocks)
+        while last_blocks and last_blocks[0][0] <= b:  # internal fragmentation from T(z-1-a)
+            z, frag = heapq.heappop(last_blocks)
+            x = z - 1 - a
+            start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
+            internal += frag * (total - start)
+            self.frag_lagging += frag
+        self.time += total
+        self.token_time += tokens
+        self.alloc_time += alloc
+        self.internal_time += internal
+        self.seq_rounds += n * k
+        self.held += blocks
         self.done = b
-        eng.now += total
+        self.engine.now += total
         self.windows += 1
         self.rounds += k
 
@@ -228,7 +243,7 @@ class Cohort:
             self.sum_join -= m.join
             self.sum_tokens -= m.tokens
             self.frag_lagging -= m.frag  # its last block was taken by now
-            self.surplus += m.taken
+            self.held -= m.taken  # they go with it
             group.append(req)
         self.engine.finish(group)  # frees its (lagging) table: the books drop what they hold
 
@@ -244,26 +259,53 @@ class Cohort:
         # without token ids an admission shares no block, so memory stays plain after it.
         if sched.has_groups or sched.has_token_ids:
             return False
-        self._return_surplus()  # admission reads the pool's free blocks
+        self._settle()  # admission reads the pool's free blocks
         batch = sched.admit_only()
         if batch is None:
             return False
         queued = sched.has_queued()
-        result = eng.executor.execute(batch)
+        duration = self._duration(batch)
         # Its memory is what the books and the members' lag say (``Engine.step`` would read
         # the lagging books alone).
         tokens, alloc, internal = self._levels()
-        slots = categories(self.kv.capacity, tokens, alloc - tokens - internal, internal, queued)
-        if eng.check_integrity:  # every category >= 0, their sum the capacity
-            MemoryUsage(self.kv.capacity, *slots)
         totals = eng.totals
-        totals.record(result.duration, slots, len(sched.running), len(batch.chunks))
-        totals.weighted_saved_blocks += result.duration * self.saved
-        eng.apply(batch, result)
+        running = len(sched.running)
+        if queued or eng.check_integrity:
+            capacity = self.kv.capacity
+            slots = categories(capacity, tokens, alloc - tokens - internal, internal, queued)
+            MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
+        if queued:  # the cohort's last round: its unallocated slots are external fragmentation
+            totals.record(duration, slots, running, len(batch.chunks))
+            totals.weighted_saved_blocks += duration * self.saved
+        else:
+            totals.max_running = max(totals.max_running, running)
+            self.admissions += 1
+            self.admitted_running += running
+            self.admitted_seqs += len(batch.chunks)
+            self.time += duration
+            self.token_time += duration * tokens
+            self.alloc_time += duration * alloc
+            self.internal_time += duration * internal
+        eng.apply(batch, duration)
         for chunk in batch.chunks:
-            if chunk.request.status is RequestStatus.RUNNING:  # not finished by its prefill
+            if chunk.request.status is _RUNNING:  # not finished by its prefill
                 self._join(chunk.request)
         return not queued
+
+    def _duration(self, batch: SchedulerOutput) -> float:
+        """What ``SimExecutor.execute`` says of an admission round (no swap in it, so the cost
+        model's step time), remembered by the batch's (new, cached) tokens per chunk: a cost
+        model prices a shape and nothing else (the fast-forward relies on it throughout), and
+        prompt lengths repeat (a long run prices each length once)."""
+        chunks = batch.chunks
+        if len(chunks) == 1:  # one arrival (the usual case): its pair is the key
+            key: object = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
+        else:
+            key = tuple([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
+        duration = self.prices.get(key)
+        if duration is None:
+            duration = self.prices[key] = self.cost.step_time(batch_shape(batch))
+        return duration
 
     # ----- books -----------------------------------------------------------------------------
     def _levels(self) -> tuple[int, int, int]:
@@ -271,23 +313,44 @@ class Cohort:
         what the members' lag hides from them (their new tokens, the spare blocks they hold, the
         internal fragmentation of last blocks taken since they joined)."""
         tokens, reservation, internal = self.kv.books()
-        alloc = tokens + reservation + internal + self.bs * (len(self.spare) - self.surplus)
+        alloc = tokens + reservation + internal + self.bs * self.held
         tokens += len(self.members) * self.done - self.sum_join
         return tokens, alloc, internal + self.frag_lagging
 
-    def _return_surplus(self) -> None:
-        if self.surplus:
-            self.pool.release(self.spare[-self.surplus :])
-            del self.spare[-self.surplus :]
-            self.surplus = 0
+    def _flush(self) -> None:
+        """Add the cohort's rounds to the engine's totals (``StepTotals.record`` summed)."""
+        t = self.engine.totals
+        t.iterations += self.rounds + self.admissions
+        t.busy_time += self.time
+        t.sum_running += self.seq_rounds + self.admitted_running
+        t.sum_batched_seqs += self.seq_rounds + self.admitted_seqs
+        weighted = t.weighted
+        weighted["token_states"] += self.token_time
+        weighted["reservation"] += self.alloc_time - self.token_time - self.internal_time
+        weighted["internal_fragmentation"] += self.internal_time
+        weighted["free"] += self.kv.capacity * self.time - self.alloc_time
+        t.weighted_saved_blocks += self.saved * self.time
+
+    def _settle(self) -> None:
+        """Make the pool's free blocks exact: take the blocks the members took since it was
+        last settled, or give back those of members that finished since. (Between events only
+        counts move: a window's growth and a finish's blocks net out over many windows, so
+        few blocks move here.)"""
+        owed = self.held - len(self.spare)
+        if owed > 0:
+            self.spare += self.pool.allocate_many(owed)
+        elif owed < 0:
+            self.pool.release(self.spare[owed:])
+            del self.spare[owed:]
 
     def _sync(self) -> None:
         """Bring every member up to date: counters, and tables grown by their lag (the spare
-        blocks go back to the pool first; the tables take as many again)."""
+        blocks go back to the pool first; the tables take ``held`` blocks, as many as it then
+        counts beyond the true free ones)."""
         if self.spare:
             self.pool.release(self.spare)
             self.spare = []
-            self.surplus = 0
+        self.held = 0
         by_lag: dict[int, list[SeqId]] = {}
         for req, m in self.members.items():
             lag = self.done - m.join

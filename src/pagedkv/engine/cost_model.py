@@ -165,14 +165,6 @@ class _Linear:
         )
 
 
-def _decode_line(line: _Linear, n: int, read: int) -> tuple[float, float]:
-    """(at, slope) of ``line`` for n decodes reading ``read`` K/V tokens in all: ``at`` of
-    BatchShape(n, n, read, read) and ``slope`` of (0, 0, n, n), with ``_Linear``'s float
-    operations in their order."""
-    c0, c1, c2, c3 = line.coef
-    return line.const + (c0 * n + c1 * n + c2 * read + c3 * read), c0 * 0 + c1 * 0 + c2 * n + c3 * n
-
-
 class RooflineCost:
     """Step time = max(compute, memory) + overhead (+ all-reduces), per GPU of a tp group.
 
@@ -222,7 +214,12 @@ class RooflineCost:
             cfg.step_overhead_s + allreduces * cfg.allreduce_latency_s,
             (allreduces * ring_bytes / link, 0.0, 0.0, 0.0),
         )
-        self._lines = (self._compute, self._memory, self._extra)
+        # decode_curve's terms: the coefficients above that are not a literal 0.0 (a term
+        # 0.0 x adds exactly nothing, so leaving it out keeps ``curve``'s very floats).
+        c0, c1, c2, _ = self._compute.coef
+        m0, _, _, m3 = self._memory.coef
+        self._decode_terms = (c0, c1, c2, self._memory.const, m0, m3, self._extra.const)
+        self._decode_extra = self._extra.coef[0]
         self.block_bytes_per_gpu = cfg.block_size * kv
         self._swap_per_block = (
             self.block_bytes_per_gpu / (gpu.pcie_bandwidth * cfg.pcie_efficiency)
@@ -264,8 +261,15 @@ class RooflineCost:
         )
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
+        # n decodes reading ``read`` K/V tokens: at(BatchShape(n, n, read, read)) and
+        # slope(BatchShape(0, 0, n, n)) of each line, in _Linear's order of float operations.
         n, read = num_seqs, context + num_seqs
-        c, m, e = self._lines
-        return WindowCurve(
-            _decode_line(c, n, read), _decode_line(m, n, read), _decode_line(e, n, read)
+        c0, c1, c2, mem, m0, m3, extra = self._decode_terms
+        return WindowCurve.of(
+            c0 * n + c1 * n + c2 * read,
+            c2 * n,
+            mem + (m0 * n + m3 * read),
+            m3 * n,
+            extra + self._decode_extra * n,
+            0.0,
         )

@@ -21,10 +21,10 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pagedkv.engine.executor import Executor, StepResult
+from pagedkv.engine.executor import Executor
 from pagedkv.engine.fast_forward import FastForward
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
@@ -167,18 +167,20 @@ class Engine:
         result = self.executor.execute(batch)
         usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
         self._account(batch, result.duration, usage)
-        finished = self.apply(batch, result)
+        finished = self.apply(batch, result.duration, result.sampled)
         if self.check_integrity:
             sched.kv.check_integrity()
             self._check_usage(usage)
         return finished
 
-    def apply(self, batch: SchedulerOutput, result: StepResult) -> bool:
+    def apply(
+        self, batch: SchedulerOutput, duration: float, sampled: Mapping[object, int] | None = None
+    ) -> bool:
         """An iteration's effects once it ran (and was accounted): the clock, each request's
-        counters and sampled tokens; finished requests free their memory. True if any did."""
-        sampled = result.sampled
+        counters and the tokens it sampled (a real executor's, keyed by seq id); finished
+        requests free their memory. True if any did."""
         start = self.now
-        self.now += result.duration
+        self.now += duration
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request

@@ -46,6 +46,7 @@ class FastForward:
         self.cost = executor.cost_model if isinstance(executor, SimExecutor) else None
         self.windows = 0
         self.rounds = 0
+        self.prices: dict[object, float] = {}  # the cohorts' admission rounds, by shape
 
     def after(self, batch: SchedulerOutput, finished: bool) -> None:
         """Called after every round; skips ahead if the next rounds are pure decodes: the round
@@ -67,7 +68,7 @@ class FastForward:
         sched = eng.scheduler
         while True:
             if cohort.plain(eng):  # one lazy window through every finish and arrival to come
-                run = cohort.Cohort(eng, self.cost)
+                run = cohort.Cohort(eng, self.cost, self.prices)
                 run.run()
                 self.windows += run.windows
                 self.rounds += run.rounds

@@ -96,28 +96,39 @@ class WindowCurve:
     """
 
     __slots__ = ("head", "split", "tail")
+    head: tuple[float, float]
+    tail: tuple[float, float]
+    split: int | None
 
     def __init__(
         self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
     ) -> None:
-        d0, d1 = f[0] - g[0], f[1] - g[1]
+        curve = WindowCurve.of(f[0], f[1], g[0], g[1], e[0], e[1])
+        self.head, self.tail, self.split = curve.head, curve.tail, curve.split
+
+    @classmethod
+    def of(cls, f0: float, f1: float, g0: float, g1: float, e0: float, e1: float) -> WindowCurve:
+        """``WindowCurve((f0, f1), (g0, g1), (e0, e1))`` without the tuples (the decode
+        cohort builds one per window)."""
+        curve = object.__new__(cls)
+        d0, d1 = f0 - g0, f1 - g1
         first = d0 >= 0  # f wins at j = 0 (ties go to f)
-        self.split: int | None = None  # first j where the other line wins; None: never
+        split: int | None = None  # the first j where the other line wins; None: never
         if d1 != 0 and (d1 < 0) == first:  # the gap closes: one switch, at the root
-
-            def f_wins(j: int) -> bool:
-                return d0 + d1 * j >= 0
-
+            # f wins at j iff d0 + d1 j >= 0: estimate the switch, then settle the rounding.
             root = -d0 / d1
-            split = max(math.floor(root) + 1 if first else math.ceil(root), 1)
-            while split > 1 and f_wins(split - 1) != first:
-                split -= 1
-            while f_wins(split) == first:
-                split += 1
-            self.split = split
-        win, lose = (f, g) if first else (g, f)
-        self.head = (win[0] + e[0], win[1] + e[1])
-        self.tail = (lose[0] + e[0], lose[1] + e[1])
+            s = max(math.floor(root) + 1 if first else math.ceil(root), 1)
+            while s > 1 and (d0 + d1 * (s - 1) >= 0) != first:
+                s -= 1
+            while (d0 + d1 * s >= 0) == first:
+                s += 1
+            split = s
+        if first:
+            curve.head, curve.tail = (f0 + e0, f1 + e1), (g0 + e0, g1 + e1)
+        else:
+            curve.head, curve.tail = (g0 + e0, g1 + e1), (f0 + e0, f1 + e1)
+        curve.split = split
+        return curve
 
     def sums(self, k: int) -> tuple[float, float]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
@@ -154,21 +165,33 @@ class WindowCurve:
         The sum is a quadratic in k on each of the (at most two) pieces: solve it, then settle
         the rounding with exact sums, so the answer is the one a search would give.
         """
+        return self.reach(duration)[0]
+
+    def reach(self, duration: float) -> tuple[int, tuple[float, float]]:
+        """``steps_to_reach(duration)`` and its ``sums`` (the fast-forward needs both)."""
         if check_duration(duration) <= 0:
-            return 0
+            return 0, (0.0, 0.0)
         a, b = self.head
         k = _solve(a, b, duration)
         split = self.split
-        if split is not None and k > split:  # past the switch: continue on the tail line
+        if split is None:  # one line (the usual window): settle with its totals, inlined
+            while k > 0 and (k - 1) * a + b * ((k - 1) * (k - 2) // 2) >= duration:
+                k -= 1
+            while k * a + b * (k * (k - 1) // 2) < duration:
+                k += 1
+            return k, self.sums(k)
+        if k > split:  # past the switch: continue on the tail line
             done = self.sums(split)[0]
             a2, b2 = self.tail
             k = split + _solve(a2 + b2 * split, b2, duration - done)
-        total = self.sums
-        while k > 0 and total(k - 1)[0] >= duration:
+        sums = self.sums
+        while k > 0 and sums(k - 1)[0] >= duration:
             k -= 1
-        while total(k)[0] < duration:
+        got = sums(k)
+        while got[0] < duration:
             k += 1
-        return k
+            got = sums(k)
+        return k, got
 
 
 def _solve(a: float, b: float, duration: float) -> int:

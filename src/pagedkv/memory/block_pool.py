@@ -20,7 +20,6 @@ blocks freed together the tail of a prefix is evicted first and the shareable he
 from __future__ import annotations
 
 from collections import OrderedDict
-from operator import itemgetter
 
 from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.prefix_hash import BlockHash
@@ -222,13 +221,17 @@ class UncachedBlockPool(BlockPool):
         self._stack.append(block)
 
     def release(self, blocks: list[int]) -> list[int]:
-        refs = self.ref_counts
-        if len(blocks) > 1 and itemgetter(*blocks)(refs).count(1) == len(blocks):
-            # The usual chain: every block held once (nothing shared), all become free.
+        n = len(blocks)
+        if n > 1 and self.num_refs == self.num_blocks - len(self._stack):
+            # The usual chain, nothing shared: the counts of the used blocks are >= 1 and sum
+            # to their number, so each is 1 and every block named (held: a table's) becomes
+            # free. (A free block named here would be a double free, which the slow path
+            # raises at once and check_integrity finds in the free stack afterwards.)
+            refs = self.ref_counts
             for block in blocks:
                 refs[block] = 0
             self._stack.extend(blocks)
-            self.num_refs -= len(blocks)
+            self.num_refs -= n
             return list(blocks)
         return super().release(blocks)
 

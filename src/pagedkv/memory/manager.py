@@ -38,6 +38,9 @@ class PrefixHit:
 
 
 NO_HIT = PrefixHit((), 0)  # token ids unknown: nothing to look up (one object, made once)
+# can_allocate's answers as globals: looking an enum member up on its class costs CPython 3.11
+# about four times a global read, and admission asks at every arrival.
+_OK, _LATER, _NEVER = AllocStatus.OK, AllocStatus.LATER, AllocStatus.NEVER
 
 
 @dataclass(frozen=True)
@@ -244,19 +247,20 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         LATER: it would leave fewer than the watermark's blocks free.
         """
         self._check_new(seq_id, num_tokens, token_ids)
-        # (Token ids unknown, no pins: the usual simulation, where the helpers are no-ops.)
-        hit = NO_HIT if token_ids is None else self._hit(num_tokens, token_ids, cache_salt)
         bs = self.block_size
         needed = -(-num_tokens // bs)
-        total = self.gpu.num_blocks
-        if self._pins:
-            total -= self._pinned_apart(hit.num_computed_tokens)
+        gpu = self.gpu
+        total = gpu.num_blocks
+        hit = NO_HIT
+        if token_ids is not None or self._pins:  # (not in the usual simulation)
+            hit = self._hit(num_tokens, token_ids, cache_salt)
+            if self._pins:
+                total -= self._pinned_apart(hit.num_computed_tokens)
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
-            return AllocStatus.NEVER
-        if self.gpu.num_free - self._free_blocks_taken(num_tokens, hit) < wm:
-            return AllocStatus.LATER
-        return AllocStatus.OK
+            return _NEVER
+        taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
+        return _LATER if gpu.num_free - taken < wm else _OK
 
     def allocate(
         self,
@@ -279,7 +283,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             needed = -(-num_tokens // self.block_size)
             if needed > self.gpu.num_free:
                 return None
-            table = BlockTable(self.block_size, final_len=final_len, salt=_to_salt(cache_salt))
+            salt = None if cache_salt is None else _to_salt(cache_salt)
+            table = BlockTable(self.block_size, final_len=final_len, salt=salt)
             table.blocks = self.gpu.allocate_many(needed)
             table.num_tokens = num_tokens
             self._token_slots += num_tokens
@@ -450,10 +455,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     def free(self, seq_id: SeqId) -> None:
         """Release every block of ``seq_id`` (GPU or swapped), last block first."""
-        if seq_id in self._swapped:
-            self._swapped.pop(seq_id).release(self.cpu)
-            return
-        table = self._gpu_table(seq_id)
+        table = self._tables.get(seq_id)
+        if table is None:
+            if seq_id in self._swapped:
+                self._swapped.pop(seq_id).release(self.cpu)
+                return
+            table = self._gpu_table(seq_id)  # raises: not allocated
         self._tails.untrack(seq_id, table)
         self._release_gpu(table)
         del self._tables[seq_id]
@@ -560,8 +567,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if not table.blocks:
             return
         # Every block but the last is full, so only the last one's fill needs looking up.
-        last, last_fill = table.blocks[-1], table.fill(len(table.blocks) - 1)
+        bs = self.block_size
+        last, last_fill = table.blocks[-1], table.num_tokens - (len(table.blocks) - 1) * bs
         freed = table.release(self.gpu)
-        self._token_slots -= self.block_size * len(freed)
+        self._token_slots -= bs * len(freed)
         if freed and freed[0] == last:
-            self._token_slots -= last_fill - self.block_size
+            self._token_slots -= max(0, last_fill) - bs

@@ -35,16 +35,19 @@ class TailBooks:
 
     def _tail(self, table: BlockTable) -> tuple[int, int, int] | None:
         """(block, fill, want) of the table's partial last block, or None if it has none."""
-        n = len(table.blocks)
-        if n == 0:
+        blocks = table.blocks
+        if not blocks:
             return None
-        fill = table.fill(n - 1)
-        if fill == self.block_size:
+        bs = self.block_size
+        start = (len(blocks) - 1) * bs
+        fill = table.num_tokens - start  # table.fill of the last block, inlined (hot)
+        if fill >= bs:
             return None
-        start = (n - 1) * self.block_size
+        if fill < 0:
+            fill = 0
         final = table.final_len
-        want = self.block_size if final is None else min(self.block_size, max(final - start, fill))
-        return table.blocks[-1], fill, want
+        want = bs if final is None else min(bs, max(final - start, fill))
+        return blocks[-1], fill, want
 
     def _add(self, block: int, sign: int) -> None:
         want = max(self._wants[block].values())
@@ -71,11 +74,14 @@ class TailBooks:
 
     def untrack(self, seq_id: SeqId, table: BlockTable) -> None:
         """Stop counting the table's last block (call before the table changes)."""
-        tail = self._tail(table)
-        if tail is None:
+        if not table.blocks:
             return
-        block = tail[0]
-        wants = self._wants[block]
+        block = table.blocks[-1]
+        # Only partial last blocks are counted, and sharers of a block share its fill: its
+        # books are there iff the table's last block is partial (no need to work out ``_tail``).
+        wants = self._wants.get(block)
+        if wants is None:
+            return
         if len(wants) == 1:  # the sequence's own block (the usual case): drop its books
             want = wants[seq_id]
             self.reservation -= want - self._fill[block]
