@@ -1,15 +1,21 @@
 """Simulator speed: a large ShareGPT-like Poisson run, and fast-forward against --reference.
 
-    python benchmarks/bench_engine.py [--requests 100000] [--slice 2000] [--rate 1.5] [--repeat 3]
+    python benchmarks/bench_engine.py [--requests 100000] [--slice 2000] [--rate 1.5] [--repeat 5]
 
 Reports wall time, simulated requests per wall second and peak memory (RSS) of the large run,
-and, on a slice run both ways in the same process (alternating, ``--repeat`` times; a fast
-measurement repeats the fast run for as long as a reference run takes, so both average over the
-same span of this noisy machine; the fastest measurement of each is kept), the fast-forward's
-speed-up over stepping every iteration (the two runs' summaries must agree). The slice's
-seconds are the engine runs: drawing the workload is the same work in both and is timed apart
-(the ratio with it is given too); the large run's wall time includes it. Ratios, not absolute
-seconds, are what to compare across machines.
+and, on a slice run both ways in the same process, the fast-forward's speed-up over stepping
+every iteration (the two runs' summaries must agree). The slice's seconds are the engine runs:
+drawing the workload is the same work in both and is timed apart (the ratio with it is given
+too); the large run's wall time includes it. Ratios, not absolute seconds, are what to compare
+across machines.
+
+How the ratio is measured: this machine's speed drifts by tens of percent over seconds, so the
+two sides must be timed at the same moments. Each of ``--repeat`` pairs runs the fast run for
+about half a reference run's time, then the reference once, then the fast run for as long again
+(A B A: the fast side's mean per run brackets the reference, so a drift that is linear over the
+pair cancels). A pair's ratio is the reference over that mean; the speed-up reported is the
+median pair (a pair that a sudden change of speed straddles is an outlier either way), with
+every pair shown. One reference run before the pairs warms up and sets the spans.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import resource
+import statistics
 import time
 from typing import Any
 
@@ -74,29 +81,38 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=2_000)
     parser.add_argument("--rate", type=float, default=1.5, help="requests per second")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="slice measurements each way, alternating"
+        "--repeat", type=int, default=5, help="A B A pairs of slice measurements (odd: a median)"
     )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
+    for flag in ("requests", "slice", "repeat"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if not args.rate > 0:
+        parser.error(f"--rate must be > 0, got {args.rate}")
 
-    # The slice both ways, alternating, ``--repeat`` times. The machine's speed drifts over
-    # seconds, so each fast measurement repeats the fast run until it has taken as long as the
-    # reference run before it (the mean per run is kept): both sides then average over the same
-    # span of time. The fastest measurement of each gives the ratio; each pair's ratio shows the
-    # spread.
-    pairs = []
-    for _ in range(args.repeat):
-        ref_build, ref_s, ref = run(args.slice, args.rate, reference=True)
+    # The slice both ways in A B A pairs (the module docstring says why).
+    _, span, _ = run(args.slice, args.rate, reference=True)  # warm-up; sets the spans
+
+    def fast_span(seconds: float) -> tuple[float, float, dict[str, Any]]:
+        """Fast runs for about ``seconds``: the fastest build and the mean run."""
         builds: list[float] = []
         runs: list[float] = []
-        while not runs or sum(runs) < ref_s:
-            fast_build, fast_run, fast = run(args.slice, args.rate, reference=False)
+        while not runs or sum(runs) < seconds:
+            fast_build, fast_run, summary = run(args.slice, args.rate, reference=False)
             builds.append(fast_build)
             runs.append(fast_run)
-        pairs.append((ref_build, ref_s, min(builds), sum(runs) / len(runs)))
-    ref_build, ref_s = min(p[0] for p in pairs), min(p[1] for p in pairs)
-    fast_build, fast_s = min(p[2] for p in pairs), min(p[3] for p in pairs)
+        return min(builds), statistics.fmean(runs), summary
+
+    pairs = []  # (reference build, reference run, fast build, fast run), seconds
+    for _ in range(args.repeat):
+        before_build, before, fast = fast_span(span / 2)
+        ref_build, span, ref = run(args.slice, args.rate, reference=True)
+        after_build, after, fast = fast_span(span / 2)
+        pairs.append((ref_build, span, min(before_build, after_build), (before + after) / 2))
     spread = [p[1] / p[3] for p in pairs]
+    middle = sorted(range(len(pairs)), key=lambda i: spread[i])[len(pairs) // 2]
+    ref_build, ref_s, fast_build, fast_s = pairs[middle]  # the median pair
     events = fast.pop("scheduler_rounds") + fast.pop("windows")
     ref.pop("scheduler_rounds"), ref.pop("windows")
     agree = close(ref, fast)  # the whole summary: counts exact, time-weighted floats close
@@ -124,9 +140,9 @@ def main() -> None:
         str(fast["iterations"]),
         f"{fast_s:.2f}",
         f"{args.slice / fast_s:,.0f}",
-        f"{ref_s / fast_s:.1f}x the reference (engine runs, fastest of {args.repeat} "
-        "measurements each, a fast one as long as a reference run; "
-        f"pairs {min(spread):.1f}-{max(spread):.1f}x; "
+        f"{ref_s / fast_s:.1f}x the reference (engine runs; the median of {args.repeat} "
+        "A B A pairs, fast runs around a reference run; "
+        f"pairs {', '.join(f'{x:.1f}' for x in sorted(spread))}x; "
         f"{(ref_build + ref_s) / (fast_build + fast_s):.1f}x with the workload drawn); "
         f"summaries agree: {agree}; {events:,} events, {per_event:.1f} iterations per event",
     )

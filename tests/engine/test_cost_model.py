@@ -229,7 +229,9 @@ def test_curve_closed_forms_equal_the_search_and_the_sums(
     """steps_to_reach solves a quadratic; totals skips a call per k: both must give exactly
     what the plain search over ``sums`` and ``sums`` itself give."""
     curve = model.curve(base, delta)
-    assert curve.steps_to_reach(duration) == search_steps(lambda k: curve.sums(k)[0], duration)
+    k = search_steps(lambda k: curve.sums(k)[0], duration)
+    assert curve.steps_to_reach(duration) == k
+    assert curve.reach(duration) == (k, curve.sums(k))
     assert curve.totals(ks) == [curve.sums(k)[0] for k in ks]
 
 

@@ -95,6 +95,18 @@ def test_check_integrity_catches_a_wrong_count() -> None:
         pool.check_integrity([0, 0, 0])
 
 
+def test_a_free_block_in_a_released_chain_is_caught() -> None:
+    """The stack pool's chain release trusts its O(1) test (every used block held once) and
+    does not look at each count; a free block named in the chain is then caught by the
+    integrity check (the free stack holds it twice), as the slow path would have raised."""
+    pool = UncachedBlockPool(4)
+    held = pool.allocate_many(2)
+    pool.release(held[:1])
+    pool.release(held)  # held[0] is free already: a double free
+    with pytest.raises(IntegrityError):
+        pool.check_integrity([0] * 4)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     size=st.integers(1, 12),

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, NamedTuple
 
-from pagedkv.engine.executor import batch_shape
+from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.periodic import PeriodicCounts
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.interface import SeqId
@@ -105,7 +105,6 @@ class Cohort:
         # pinned prefixes, if any, stay as they are).
         self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
-        self.rounds = 0  # decode rounds run in windows
         # What the cohort adds to the engine's totals (at its end, ``_flush``): the sums of
         # sequences over its windows' rounds (each runs and decodes them all), its admission
         # rounds (a queue left behind ends the cohort: that last one is recorded at once) and
@@ -114,6 +113,11 @@ class Cohort:
         # in them, so unallocated slots are free).
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
+
+    @property
+    def rounds(self) -> int:
+        """Decode rounds run in windows (they start at round 0)."""
+        return self.done
 
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -227,7 +231,6 @@ class Cohort:
         self.done = b
         self.engine.now += total
         self.windows += 1
-        self.rounds += k
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, tables freed
@@ -297,14 +300,18 @@ class Cohort:
         model's step time), remembered by the batch's (new, cached) tokens per chunk: a cost
         model prices a shape and nothing else (the fast-forward relies on it throughout), and
         prompt lengths repeat (a long run prices each length once)."""
-        chunks = batch.chunks
+        chunks = batch.chunks  # one sequence each: no groups in a cohort
         if len(chunks) == 1:  # one arrival (the usual case): its pair is the key
-            key: object = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
-        else:
-            key = tuple([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
-        duration = self.prices.get(key)
+            pair = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
+            duration = self.prices.get(pair)
+            if duration is None:
+                shape = BatchShape.from_chunks((pair,))
+                duration = self.prices[pair] = self.cost.step_time(shape)
+            return duration
+        pairs = tuple([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
+        duration = self.prices.get(pairs)
         if duration is None:
-            duration = self.prices[key] = self.cost.step_time(batch_shape(batch))
+            duration = self.prices[pairs] = self.cost.step_time(BatchShape.from_chunks(pairs))
         return duration
 
     # ----- books -----------------------------------------------------------------------------
@@ -320,7 +327,7 @@ class Cohort:
     def _flush(self) -> None:
         """Add the cohort's rounds to the engine's totals (``StepTotals.record`` summed)."""
         t = self.engine.totals
-        t.iterations += self.rounds + self.admissions
+        t.iterations += self.done + self.admissions
         t.busy_time += self.time
         t.sum_running += self.seq_rounds + self.admitted_running
         t.sum_batched_seqs += self.seq_rounds + self.admitted_seqs
