@@ -20,13 +20,14 @@ step times follow one cost-model curve and every category integrates in closed f
     allocated     A T + bs sum over new blocks i of (T - T(i-1))   (moments of PeriodicCounts)
     internal      I T + sum over last blocks z of frag (T - T(z-1))
 
-The pool stays exact where it is read: the blocks taken in a window are taken at once and held
-by the cohort (``spare``) until their member's table gets them (the end). A finisher's spare
-blocks stay with the cohort as ``surplus`` for the next windows' growth, and any surplus goes
-back to the pool before an admission, so ``can_allocate`` (the watermark) sees the true free
-blocks. The allocator's own books lag by the members' lag; ``_levels`` adds the lag back. A
-window stops before the round whose new blocks do not fit (the scheduler preempts) and at the
-round an arrival falls in.
+The pool stays exact where it is read: a window only counts the blocks its members take
+(``held``); before an admission the cohort takes that many from the pool (``spare``, given
+back at the end, when the members' tables take as many) or gives back those of members that
+finished since (``_settle``), so ``can_allocate`` (the watermark) sees the true free blocks.
+The allocator's own books lag by the members' lag; ``_levels`` adds the lag back. A window stops
+before the round whose new blocks do not fit (the scheduler preempts) and at the round an
+arrival falls in. The cohort's rounds are summed apart and added to the engine's totals once,
+at its end (``_flush``).
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ class Cohort:
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, tables freed
-        (in running order), the spare blocks they took lagging kept as surplus."""
+        (in running order); the blocks they took since joining are no longer held (the pool
+        gets them back at the next ``_settle``)."""
         finishes, d = self.finishes, self.done
         group = []
         while finishes and finishes[0][0] == d:
@@ -276,7 +278,8 @@ class Cohort:
         if queued or eng.check_integrity:
             capacity = self.kv.capacity
             slots = categories(capacity, tokens, alloc - tokens - internal, internal, queued)
-            MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
+            if eng.check_integrity:
+                MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
         if queued:  # the cohort's last round: its unallocated slots are external fragmentation
             totals.record(duration, slots, running, len(batch.chunks))
             totals.weighted_saved_blocks += duration * self.saved
@@ -317,7 +320,7 @@ class Cohort:
     # ----- books -----------------------------------------------------------------------------
     def _levels(self) -> tuple[int, int, int]:
         """(token states, allocated, internal fragmentation) now: the allocator's books plus
-        what the members' lag hides from them (their new tokens, the spare blocks they hold, the
+        what the members' lag hides from them (their new tokens, the blocks they took, the
         internal fragmentation of last blocks taken since they joined)."""
         tokens, reservation, internal = self.kv.books()
         alloc = tokens + reservation + internal + self.bs * self.held
@@ -340,9 +343,8 @@ class Cohort:
 
     def _settle(self) -> None:
         """Make the pool's free blocks exact: take the blocks the members took since it was
-        last settled, or give back those of members that finished since. (Between events only
-        counts move: a window's growth and a finish's blocks net out over many windows, so
-        few blocks move here.)"""
+        last settled, or give back those of members that finished since. (Windows and finishes
+        only move counts; here only the net change since the last admission moves blocks.)"""
         owed = self.held - len(self.spare)
         if owed > 0:
             self.spare += self.pool.allocate_many(owed)

@@ -33,39 +33,32 @@ class TailBooks:
         self.reservation = 0
         self.internal = 0
 
-    def _tail(self, table: BlockTable) -> tuple[int, int, int] | None:
-        """(block, fill, want) of the table's partial last block, or None if it has none."""
-        blocks = table.blocks
-        if not blocks:
-            return None
-        bs = self.block_size
-        start = (len(blocks) - 1) * bs
-        fill = table.num_tokens - start  # table.fill of the last block, inlined (hot)
-        if fill >= bs:
-            return None
-        if fill < 0:
-            fill = 0
-        final = table.final_len
-        want = bs if final is None else min(bs, max(final - start, fill))
-        return blocks[-1], fill, want
-
     def _add(self, block: int, sign: int) -> None:
         want = max(self._wants[block].values())
         self.reservation += sign * (want - self._fill[block])
         self.internal += sign * (self.block_size - want)
 
     def track(self, seq_id: SeqId, table: BlockTable) -> None:
-        """Count the table's last block (call after the table changed)."""
-        tail = self._tail(table)
-        if tail is None:
+        """Count the table's last block (call after the table changed), if it is partial."""
+        blocks = table.blocks
+        if not blocks:
             return
-        block, fill, want = tail
+        bs = self.block_size
+        start = (len(blocks) - 1) * bs
+        fill = table.num_tokens - start  # table.fill of the last block, inlined (hot)
+        if fill >= bs:
+            return
+        if fill < 0:
+            fill = 0
+        final = table.final_len
+        want = bs if final is None else min(bs, max(final - start, fill))
+        block = blocks[-1]
         wants = self._wants.get(block)
         if wants is None:  # a block no one counts yet (the usual case): its own books
             self._wants[block] = {seq_id: want}
             self._fill[block] = fill
             self.reservation += want - fill
-            self.internal += self.block_size - want
+            self.internal += bs - want
             return
         self._add(block, -1)
         wants[seq_id] = want
@@ -78,7 +71,7 @@ class TailBooks:
             return
         block = table.blocks[-1]
         # Only partial last blocks are counted, and sharers of a block share its fill: its
-        # books are there iff the table's last block is partial (no need to work out ``_tail``).
+        # books are there iff the table's last block is partial (no fill to work out here).
         wants = self._wants.get(block)
         if wants is None:
             return
