@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from functools import cached_property
 
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_bool, check_choice, check_int, help_field
@@ -84,7 +83,7 @@ class SchedulerConfig:
                 f"must be >= max_num_seqs ({self.max_num_seqs}) so every decode fits a step",
             )
 
-    @cached_property  # (read by every scheduling round; a frozen config never changes it)
+    @property
     def token_budget(self) -> int:
         """max_num_batched_tokens, or its default."""
         if self.max_num_batched_tokens is not None:
