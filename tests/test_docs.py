@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pagedkv.engine.policies import SCHEDULERS
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCKS = [
@@ -22,4 +24,9 @@ def test_docs_have_examples() -> None:
 
 @pytest.mark.parametrize("code", BLOCKS)
 def test_example_runs(code: str) -> None:
-    exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    known = dict(SCHEDULERS)  # an example may register a policy: known for that example only
+    try:
+        exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    finally:
+        SCHEDULERS.clear()
+        SCHEDULERS.update(known)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from collections.abc import Iterator
+
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 
 from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
@@ -14,10 +17,24 @@ from pagedkv.engine.metrics import request_record, summarize
 from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.workloads.spec import RequestSpec
+from tests.engine.user_policies import USER_POLICIES, WronglyOptedIn, registered
 from tests.factories import make_engine
 
 ROOFLINE = RooflineCost(get_gpu("A100-40GB"), get_model("OPT-13B"))
 MAX_LEN = 256
+# Every registered policy, and users' policies written by the documented recipe.
+POLICIES = sorted({*SCHEDULERS, *(p.name for p in USER_POLICIES)})
+# Policies whose schedule ignores chunked prefill (a budget below a prompt never admits it).
+UNCHUNKED = {"static", *(p.name for p in USER_POLICIES if p.name != "test-only-its-memory")}
+# Token budgets with chunked prefill: prompts of budget + 1 and k x budget + 1 tokens leave one
+# prompt token for a last chunk, which samples the first token (not a decode).
+BUDGETS = [16, 32, 64, 512]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _user_policies() -> Iterator[None]:
+    with registered(*USER_POLICIES):
+        yield
 
 
 @st.composite
@@ -27,7 +44,7 @@ def workloads(draw: st.DrawFn) -> list[RequestSpec]:
     out = []
     for i in range(n):
         t += draw(st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.3, 1.0, 2.5]))
-        prompt = draw(st.integers(1, 120))
+        prompt = draw(st.integers(1, 120) | st.sampled_from([17, 33, 49, 65, 97, 129, 193]))
         output = draw(st.integers(1, MAX_LEN - prompt))
         out.append(RequestSpec(i, prompt, output, t))
     return out
@@ -85,14 +102,15 @@ def both_equal(
     return ref, fast
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     workload=workloads(),
-    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    scheduler=st.sampled_from(POLICIES),
     block_size=st.sampled_from([1, 16, 7]),
     blocks_tokens=st.integers(MAX_LEN + 32, 2000),
     mode=st.sampled_from(["recompute", "swap"]),
     chunked=st.booleans(),
+    budget=st.sampled_from(BUDGETS),
     roofline=st.booleans(),
 )
 def test_fast_forward_equals_reference(
@@ -102,9 +120,10 @@ def test_fast_forward_equals_reference(
     blocks_tokens: int,
     mode: str,
     chunked: bool,
+    budget: int,
     roofline: bool,
 ) -> None:
-    chunked = chunked and scheduler != "static"
+    chunked = chunked and scheduler not in UNCHUNKED
     both_equal(
         workload,
         ROOFLINE if roofline else UnitCost(),
@@ -113,9 +132,59 @@ def test_fast_forward_equals_reference(
         blocks_tokens,
         mode,
         chunked=chunked,
-        max_num_batched_tokens=512 if chunked else None,
+        max_num_batched_tokens=budget if chunked else None,
+        max_num_seqs=min(budget, 256) if chunked else None,
         max_model_len=MAX_LEN,
     )
+
+
+@pytest.mark.parametrize("budget", [16, 32])
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize("roofline", [False, True])
+def test_a_last_prompt_token_alone_is_not_a_decode(budget: int, k: int, roofline: bool) -> None:
+    """Chunked prefill of k x budget + 1 tokens, requests arriving apart: the last chunk is one
+    token, computed like a decode while it samples the first token (once a crash)."""
+    workload = [RequestSpec(i, k * budget + 1, 5 + i, 0.4 * i) for i in range(4)]
+    ref, fast = both_equal(
+        workload,
+        ROOFLINE if roofline else UnitCost(),
+        "vllm",
+        16,
+        2048,
+        "recompute",
+        chunked=True,
+        max_num_batched_tokens=budget,
+        max_num_seqs=budget,
+        max_model_len=MAX_LEN,
+    )
+    assert all(r["first_token_time"] is not None for r in fast[1])
+
+
+def test_the_promise_passes_only_to_subclasses_that_change_no_behaviour() -> None:
+    builtin = ["vllm", "reserve", "static", "greedy-nopreempt", "orca-max", "firstfit-max"]
+    assert all(SCHEDULERS[name].decides_at_events for name in builtin)  # each tested above
+    by_name = {p.name: p for p in USER_POLICIES}
+    assert not by_name["test-every-8th-round"].decides_at_events  # the default: no promise
+    assert not by_name["test-capped-admissions"].decides_at_events  # overrides schedule()
+    assert by_name["test-only-its-memory"].decides_at_events  # only its memory differs
+    assert WronglyOptedIn.decides_at_events  # stated: believed, and tested below
+
+
+@pytest.mark.parametrize("policy", [p for p in USER_POLICIES if not p.decides_at_events])
+def test_a_policy_without_the_promise_steps_every_round(policy: type) -> None:
+    workload = [RequestSpec(i, 20, 60, 0.0) for i in range(6)]
+    engine = make_engine(policy.name, workload, num_gpu_blocks=200)
+    result = engine.run()
+    assert engine.fast_forward is None
+    assert all(r.finish_time is not None for r in result.requests)
+
+
+def test_a_wrong_promise_is_caught_by_the_differential_test() -> None:
+    """The round counter decides admissions, so skipping rounds admits at other times."""
+    workload = [RequestSpec(i, 20, 100, 0.0) for i in range(2)]
+    workload += [RequestSpec(2 + i, 20, 100, 3.0 + 7.3 * i) for i in range(6)]
+    with registered(WronglyOptedIn), pytest.raises(AssertionError):
+        both_equal(workload, UnitCost(), WronglyOptedIn.name, 16, 4096, "recompute")
 
 
 def test_fast_forward_skips_rounds() -> None:
@@ -130,7 +199,7 @@ def test_fast_forward_skips_rounds() -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     workload=workloads(),
-    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    scheduler=st.sampled_from(POLICIES),
     block_size=st.sampled_from([1, 16, 7]),
     blocks_tokens=st.integers(MAX_LEN + 32, 2000),
     mode=st.sampled_from(["recompute", "swap"]),
@@ -148,7 +217,7 @@ def test_decodes_next_keeps_its_promise(
     window without running that round), the round it schedules is one: every running request
     computes exactly its next token, nobody is admitted or resumed; only a preemption (blocks
     short, which a window stops before) may change the set."""
-    chunked = chunked and scheduler != "static"
+    chunked = chunked and scheduler not in UNCHUNKED
     engine = make_engine(
         scheduler,
         workload,

@@ -79,7 +79,10 @@ class Engine:
         self.released: list[tuple[float, int, Request]] = []  # a heap
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
-        self.fast_forward = FastForward(self) if not (reference or trace_steps) else None
+        # Only a policy that promises its decisions change at events alone is fast-forwarded
+        # (``Scheduler.decides_at_events``); any other steps every round, correct as it is.
+        fast = type(scheduler).decides_at_events and not (reference or trace_steps)
+        self.fast_forward = FastForward(self) if fast else None
         self.progress: Callable[[int, int], None] | None = None  # (ended, total)
         self.now = 0.0
         self.totals = StepTotals()

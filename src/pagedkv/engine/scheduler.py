@@ -75,6 +75,30 @@ class Scheduler(abc.ABC):
     name: ClassVar[str]
     preempts: ClassVar[bool] = False
     supports_groups: ClassVar[bool] = True  # parallel sampling (a request of n > 1 sequences)
+    # The fast path's contract, off unless a policy promises it: between two events (an
+    # arrival, a finish, a preemption, memory or region room running short, a copy-on-write)
+    # the policy's decisions depend only on its queues and the memory's state, never on a
+    # count of rounds, the clock or state of its own. Then a pure decode round repeats until
+    # the next event and the engine skips over those rounds in closed form; otherwise the
+    # engine steps every round (the reference loop), which is correct for any policy.
+    # See ``__init_subclass__`` for how the promise passes to subclasses.
+    decides_at_events: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass keeps its parent's ``decides_at_events`` promise only while it changes
+        no behaviour: one that defines any method other than ``make_allocator`` (its memory,
+        which the fast path reads through the allocator interface) and does not state the
+        promise itself runs the reference loop. A subclass overriding ``schedule`` to cap
+        admissions is then correct without knowing that the fast path exists."""
+        super().__init_subclass__(**kwargs)
+        if "decides_at_events" in cls.__dict__:
+            return
+        for attr, value in cls.__dict__.items():
+            if attr == "make_allocator" or attr in _PLAIN_DUNDERS:
+                continue
+            if callable(value) or isinstance(value, (classmethod, staticmethod, property)):
+                cls.decides_at_events = False
+                return
 
     @classmethod
     @abc.abstractmethod
@@ -365,6 +389,10 @@ class Scheduler(abc.ABC):
         out.copies.extend(self.kv.append_slots_all(seq_ids, 1, ids))
         out.chunks.extend([ScheduledChunk(r, 1, r.num_computed_tokens) for r in running])
         return len(running)
+
+
+# Class-body entries every class has or that carry no behaviour.
+_PLAIN_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__annotations__"})
 
 
 def _arrival_key(r: Request) -> tuple[float, int]:

@@ -4,6 +4,15 @@ To add a policy: subclass ``pagedkv.engine.scheduler.Scheduler`` in a file of yo
 a ``name``, ``make_allocator`` and ``schedule``) and decorate it with ``@register_scheduler``;
 once that file is imported, ``SchedulerConfig(scheduler=name)`` and ``pagedkv.simulate`` use
 it like a built-in one. The built-in policies are listed below.
+
+Such a policy steps every round (the reference loop), which is correct whatever it does. To be
+fast-forwarded over runs of identical decode rounds, a policy states
+``decides_at_events = True``: a promise that between two events (an arrival, a finish, a
+preemption, blocks or region room running short, a copy-on-write) its decisions depend only on
+its queues and the memory's state, never on a count of rounds, the clock or state of its own.
+Check the promise with the differential test (``tests/engine/test_fast_forward.py`` runs it over
+every registered policy): a wrong promise gives wrong results, not an error. A subclass keeps
+its parent's promise only if it defines no method other than ``make_allocator``.
 """
 
 from __future__ import annotations

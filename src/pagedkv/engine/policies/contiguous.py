@@ -31,6 +31,7 @@ class ContiguousScheduler(Scheduler):
     # A group would need n regions at once; placing them one fork at a time can leave every
     # running group half forked and stuck, so groups are refused (they run as n requests).
     supports_groups = False
+    decides_at_events = True  # tested fast against reference (tests/engine)
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:

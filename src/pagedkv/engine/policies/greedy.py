@@ -21,6 +21,7 @@ from pagedkv.memory.manager import KVCacheManager
 
 class GreedyNoPreemptScheduler(Scheduler):
     name = "greedy-nopreempt"
+    decides_at_events = True  # tested fast against reference (tests/engine)
     preempts = False
 
     @classmethod

@@ -13,6 +13,7 @@ from pagedkv.engine.request import Request
 
 class ReserveScheduler(VllmScheduler):
     name = "reserve"
+    decides_at_events = True  # tested fast against reference (tests/engine)
     preempts = False
 
     def _can_admit(self, req: Request, num_tokens: int) -> bool:

@@ -19,6 +19,7 @@ from pagedkv.memory.interface import KVAllocator
 
 class StaticScheduler(ContiguousScheduler):
     name = "static"
+    decides_at_events = True  # tested fast against reference (tests/engine)
     placement = Placement.FIRST_FIT  # FT's [batch, max_len] cache: fixed slots
     reservation = Reservation.SLOTS
 

@@ -24,6 +24,7 @@ from pagedkv.memory.manager import KVCacheManager
 
 class VllmScheduler(Scheduler):
     name = "vllm"
+    decides_at_events = True  # tested fast against reference (tests/engine)
     preempts = True
 
     @classmethod
@@ -47,11 +48,14 @@ class VllmScheduler(Scheduler):
         """Nothing waits or is swapped (so neither schedule admits or resumes), no group runs
         (they fork), and every running request has exactly its next token to compute: both
         schedules then decode every running request once (``_decode_all``, or preemption when
-        blocks run short, which the fast-forward stops before)."""
+        blocks run short, which the fast-forward stops before). A prompt's last token is not
+        a decode even when it is the one token left (a chunked prefill of k x budget + 1
+        tokens): computing it samples the first token, an event the window does not model."""
         if self.waiting or self.swapped or self.has_groups or not self.running:
             return False
         for r in self.running:
-            if r.prompt_len + r.num_output_tokens - r.num_computed_tokens != 1:
+            computed = r.num_computed_tokens
+            if r.prompt_len + r.num_output_tokens - computed != 1 or computed < r.prompt_len:
                 return False
         return True
 
