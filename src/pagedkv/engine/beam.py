@@ -34,12 +34,12 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_int
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from pagedkv.engine.request import Request
     from pagedkv.memory.interface import KVAllocator
 
@@ -114,6 +114,8 @@ class BeamState:
 
     def __post_init__(self) -> None:
         check_int("beam_width", self.width, 2)
+        import numpy as np  # imported when a beam is made: the scheduler's import stays light
+
         self.rng = np.random.default_rng([self.seed, self.request_id])
 
     def restart(self) -> None:
@@ -186,6 +188,8 @@ def survival_stats(
     ``steps // 4`` steps, where every pair is still young (all beams start from the prompt)."""
     check_int("width", width, 2)
     check_int("steps", steps, 4)
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     parents_total = 0.0
     age_total = 0.0
