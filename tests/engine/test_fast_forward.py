@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
-
 from collections.abc import Iterator
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
@@ -16,6 +15,7 @@ from pagedkv.engine.gpus import get_gpu
 from pagedkv.engine.metrics import request_record, summarize
 from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.scheduler import Scheduler
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.user_policies import USER_POLICIES, WronglyOptedIn, registered
 from tests.factories import make_engine
@@ -145,7 +145,7 @@ def test_a_last_prompt_token_alone_is_not_a_decode(budget: int, k: int, roofline
     """Chunked prefill of k x budget + 1 tokens, requests arriving apart: the last chunk is one
     token, computed like a decode while it samples the first token (once a crash)."""
     workload = [RequestSpec(i, k * budget + 1, 5 + i, 0.4 * i) for i in range(4)]
-    ref, fast = both_equal(
+    _, fast = both_equal(
         workload,
         ROOFLINE if roofline else UnitCost(),
         "vllm",
@@ -171,7 +171,7 @@ def test_the_promise_passes_only_to_subclasses_that_change_no_behaviour() -> Non
 
 
 @pytest.mark.parametrize("policy", [p for p in USER_POLICIES if not p.decides_at_events])
-def test_a_policy_without_the_promise_steps_every_round(policy: type) -> None:
+def test_a_policy_without_the_promise_steps_every_round(policy: type[Scheduler]) -> None:
     workload = [RequestSpec(i, 20, 60, 0.0) for i in range(6)]
     engine = make_engine(policy.name, workload, num_gpu_blocks=200)
     result = engine.run()
