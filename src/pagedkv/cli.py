@@ -44,17 +44,16 @@ exit codes:
 
 
 def _console() -> Console:
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(width=120)
-    return console
+    from pagedkv.report.console import make_console
+
+    return make_console()
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pagedkv.experiments.bench import side_by_side, titles
     from pagedkv.experiments.lesson_capacity import lesson_capacity
     from pagedkv.io import atomic_write_json, atomic_write_text
-    from pagedkv.report.summary import bench_table
+    from pagedkv.report.summary import bench_tables
     from pagedkv.report.tables import lesson_capacity_summary, lesson_capacity_table
 
     console = _console()
@@ -65,7 +64,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     runs = side_by_side()
     for workload, title in titles().items():
         console.print()
-        console.print(bench_table([r for r in runs.rows if r.workload == workload], title))
+        for table in bench_tables([r for r in runs.rows if r.workload == workload], title, console):
+            console.print(table)
     out = Path(args.out)
     atomic_write_json(
         out / "bench.json", {"lesson_capacity": capacity.to_dict(), "side_by_side": runs.to_dict()}

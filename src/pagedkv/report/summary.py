@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.experiments.bench import BenchRow, clock_unit
+from pagedkv.report.console import fmt_sig
 
 LATENCIES = (
     ("ttft", "TTFT"),
@@ -29,7 +32,7 @@ def fmt_time(value: float | None, unit: str) -> str:
     if unit != "s":
         return f"{value:,.2f} {unit}"
     # Per-token times are milliseconds, whole runs minutes: keep three significant figures.
-    return f"{value * 1000:#.3g} ms" if abs(value) < 1 else f"{value:,.2f} s"
+    return f"{fmt_sig(value * 1000)} ms" if abs(value) < 1 else f"{value:,.2f} s"
 
 
 def _pct(value: float) -> str:
@@ -69,8 +72,8 @@ def summary_table(config: Mapping[str, Any], summary: Mapping[str, Any]) -> Tabl
         row("[bold red]deadlocked[/]", f"[bold red]yes: {len(stuck)} requests stuck[/]")
     row("simulated time", fmt_time(summary["sim_time"], unit))
     row("iterations", f"{summary['iterations']:,}")
-    row(f"request throughput (per {per})", f"{summary['request_throughput']:.4g}")
-    row(f"output token throughput (per {per})", f"{summary['output_token_throughput']:.4g}")
+    row(f"request throughput (per {per})", fmt_sig(summary["request_throughput"], 4))
+    row(f"output token throughput (per {per})", fmt_sig(summary["output_token_throughput"], 4))
     table.add_section()
     row("max running (at once)", str(summary["max_running"]))
     row("mean running (per iteration)", f"{summary['mean_running']:.2f}")
@@ -102,19 +105,43 @@ def summary_table(config: Mapping[str, Any], summary: Mapping[str, Any]) -> Tabl
     return table
 
 
+MEMORY_FROM = 8
+"""The bench table's columns from this one on (after the scheduler's) are shares of memory."""
+
+
 def bench_table(rows: Sequence[BenchRow], title: str) -> Table:
     """Rows of one workload of ``pagedkv bench`` (``experiments.bench``), one per scheduler.
 
     Headers are short and broken over lines so that twelve columns fit 120 characters.
     """
+    return _bench_table(rows, title, list(range(len(_bench_columns(rows)))))
+
+
+def bench_tables(rows: Sequence[BenchRow], title: str, console: Console) -> list[Table]:
+    """``bench_table``, or where it is wider than ``console`` several tables stacked, each
+    with the scheduler and as many of the next columns as fit whole: no cell is cut."""
+
+    def width(columns: list[int], part: str) -> int:
+        table = _bench_table(rows, part, columns)
+        return Measurement.get(console, unbounded, table).maximum
+
+    unbounded = console.options.update_width(10**6)  # a table's natural width, uncut
+    groups: list[list[int]] = [[]]
+    for i in range(len(_bench_columns(rows))):
+        if groups[-1] and width([*groups[-1], i], title) > console.width:
+            groups.append([])
+        groups[-1].append(i)
+    if len(groups) == 1:
+        return [bench_table(rows, title)]
+    return [
+        _bench_table(rows, f"{title} ({k} of {len(groups)})", columns)
+        for k, columns in enumerate(groups, 1)
+    ]
+
+
+def _bench_columns(rows: Sequence[BenchRow]) -> list[str]:
     per = "tick" if rows[0].clock == "ticks" else "s"
-    table = Table(
-        title=f"{title}; times in {rows[0].clock}",
-        caption="memory columns: time-weighted shares of the KV capacity; "
-        "frag. = internal + external fragmentation",
-    )
-    table.add_column("scheduler", no_wrap=True)
-    for col in (
+    return [
         "finished",
         "iters",
         "sim time",
@@ -126,22 +153,45 @@ def bench_table(rows: Sequence[BenchRow], title: str) -> Table:
         "token\nutil.",
         "pool\nocc.",
         "frag.",
-    ):
-        table.add_column(col, justify="right")
+    ]
+
+
+def _bench_cells(r: BenchRow) -> list[str]:
+    latency = r.p99_normalized_latency
+    return [
+        f"{r.finished:,}/{r.num_requests:,}",
+        f"{r.iterations:,}",
+        f"{r.sim_time:,.1f}",
+        fmt_sig(r.request_throughput),
+        f"{r.max_running:,}",
+        f"{r.mean_running:,.1f}",
+        f"{r.preemptions:,}",
+        "-" if latency is None else fmt_sig(latency),
+        _pct(r.token_utilization),
+        _pct(r.pool_occupancy),
+        _pct(r.fragmentation),
+    ]
+
+
+def _bench_table(rows: Sequence[BenchRow], title: str, columns: list[int]) -> Table:
+    memory = columns[-1] >= MEMORY_FROM
+    table = Table(
+        title=f"{title}; times in {rows[0].clock}",
+        caption=(
+            "memory columns: time-weighted shares of the KV capacity; "
+            "frag. = internal + external fragmentation"
+            if memory
+            else None
+        ),
+    )
+    table.add_column("scheduler", no_wrap=True)
+    headers = _bench_columns(rows)
+    for i in columns:
+        table.add_column(headers[i], justify="right", no_wrap=True)
     for r in rows:
-        latency = r.p99_normalized_latency
+        cells = _bench_cells(r)
         table.add_row(
             r.scheduler + ("\n[bold red]deadlocked[/]" if r.deadlocked else ""),
-            f"{r.finished}/{r.num_requests}",
-            f"{r.iterations:,}",
-            f"{r.sim_time:,.1f}",
-            f"{r.request_throughput:.3g}",
-            str(r.max_running),
-            f"{r.mean_running:.1f}",
-            str(r.preemptions),
-            "-" if latency is None else f"{latency:#.3g}",
-            _pct(r.token_utilization),
-            _pct(r.pool_occupancy),
-            _pct(r.fragmentation),
+            *(cells[i] for i in columns),
         )
     return table

@@ -32,7 +32,7 @@ def lesson_capacity_table(result: LessonCapacity) -> Table:
             r.reserves,
             memory,
             str(r.held_at_once),
-            f"{r.allocated_slots / s.block_size:g}",
+            f"{r.allocated_slots / s.block_size:,.1f}",  # buddy regions: fractions of blocks
             f"{r.token_utilization:.1%}",
         )
     return table

@@ -72,7 +72,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     import yaml
-    from rich.console import Console
 
     from pagedkv.errors import ConfigError
     from pagedkv.sweep.plan import run_plan
@@ -110,8 +109,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     files = write_plan(results, spec, Path(args.out))
     if not args.quiet:
-        console = Console() if sys.stdout.isatty() else Console(width=120)
-        console.print(plan_table(results, spec))
+        from pagedkv.report.console import make_console
+
+        make_console().print(plan_table(results, spec))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
