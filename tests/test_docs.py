@@ -30,3 +30,16 @@ def test_example_runs(code: str) -> None:
     finally:
         SCHEDULERS.clear()
         SCHEDULERS.update(known)
+
+
+# A path a document names: a link or image target, or a backticked path in the repository.
+PATH = re.compile(
+    r"\]\((?!https?://|#)([^)\s]+)\)|`((?:docs|src|tests|benchmarks|configs)/[\w./-]+)`"
+)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_path_a_document_names_exists(doc: Path) -> None:
+    named = [a or b for a, b in PATH.findall(doc.read_text())]
+    missing = [p for p in named if not (doc.parent / p).exists() and not (ROOT / p).exists()]
+    assert not missing, f"{doc.name} names files that are not in the repository: {missing}"

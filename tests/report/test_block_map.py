@@ -4,9 +4,12 @@ schema the report reads."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +22,8 @@ from pagedkv.report.block_map import (
     RESERVED,
     TOKENS,
     WAITING_FREE,
+    MapRun,
+    draw,
     run_block_map,
     runs,
     simulate_map,
@@ -157,3 +162,28 @@ def test_quick_block_map_writes_the_schema_and_reports(tmp_path: Path) -> None:
     first = (out / "results.json").read_bytes()
     run_block_map(out, quick=True)
     assert (out / "results.json").read_bytes() == first  # deterministic
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_panels_share_one_iteration_axis_at_most_three_a_row(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run that finishes first visibly does: every panel's axis runs to the longest run."""
+    from matplotlib import pyplot as plt
+
+    figures: list[Any] = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    lengths = [10 * (i + 1) for i in range(n)]
+    row = {"scheduler": "s", "memory": "paged", "max_running": 1, "token_utilization": 0.5}
+    panels = [
+        (row, np.zeros((8, k), dtype=np.int64), np.full((8, k), FREE, dtype=np.int64))
+        for k in lengths
+    ]
+    draw(tmp_path / "map.png", MapRun("r", "a run", {"block_size": 16}), panels, dpi=40)
+    (fig,) = figures
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == n
+    assert {ax.get_xlim() for ax in shown} == {(0.5, max(lengths) + 0.5)}
+    per_row = Counter(round(ax.get_position().y0, 3) for ax in shown)
+    assert max(per_row.values()) <= 3
+    plt.close(fig)

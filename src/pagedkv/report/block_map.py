@@ -188,10 +188,21 @@ def draw(
     from matplotlib import pyplot as plt
     from matplotlib.patches import Patch
 
+    # At most three panels a row, all on one iteration axis: the run that finishes first
+    # visibly does (its panel ends at a dashed line, the axis runs to the longest run).
+    rows_ = -(-len(panels) // 3)
+    cols = -(-len(panels) // rows_)
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(3.2 * len(panels), 4.6), sharey=True, squeeze=False
+        rows_,
+        cols,
+        figsize=(3.6 * cols, 4.0 * rows_ + 0.6),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
     )
-    for ax, (row, owner, state) in zip(axes[0], panels, strict=True):
+    longest = max(owner.shape[1] for _, owner, _ in panels)
+    flat_axes = [ax for line in axes for ax in line]
+    for ax, (row, owner, state) in zip(flat_axes, panels, strict=False):
         iters = owner.shape[1]
         step = -(-iters // MAX_COLUMNS)
         ax.imshow(
@@ -200,13 +211,19 @@ def draw(
             interpolation="nearest",
             extent=(0.5, iters + 0.5, owner.shape[0] - 0.5, -0.5),
         )
+        ax.set_xlim(0.5, longest + 0.5)
+        ax.axvline(iters + 0.5, linestyle="--", linewidth=0.8, color="0.35")
         ax.set_title(
-            f"{row['scheduler']} ({row['memory']})\nmax {row['max_running']} running, "
-            f"token util. {row['token_utilization']:.0%}",
+            f"{row['scheduler']} ({row['memory']}): done at {iters}\n"
+            f"max {row['max_running']} running, token util. {row['token_utilization']:.0%}",
             fontsize=9,
         )
         ax.set_xlabel("iteration" + (f" (1 in {step} drawn)" if step > 1 else ""))
-    axes[0][0].set_ylabel(f"physical block ({run.flat.get('block_size', 16)} token slots each)")
+        ax.tick_params(labelbottom=True)
+    for ax in flat_axes[len(panels) :]:
+        ax.set_visible(False)
+    for line in axes:
+        line[0].set_ylabel(f"physical block ({run.flat.get('block_size', 16)} slots each)")
     legend = [
         Patch(facecolor="tab:blue", label="tokens (colour: owning request)"),
         Patch(facecolor=(0.68, 0.78, 0.88), label="reserved, filled later"),
