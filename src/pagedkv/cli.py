@@ -65,7 +65,7 @@ def _console(stderr: bool = False) -> Console:
     """stderr: when the command's output file is standard output."""
     console = Console(stderr=stderr)
     if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(width=120)
+        console = Console(width=120, stderr=stderr)
     return console
 
 

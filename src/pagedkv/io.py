@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import json
 import os
 import stat
@@ -282,8 +283,17 @@ def _write_fd(fd: int, data: bytes) -> None:
         _write_all(fd, data)
         return
     stream.flush()
-    stream.buffer.write(data)
-    stream.buffer.flush()
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text-only stand-in (contextlib.redirect_stdout to a StringIO)
+        stream.write(data.decode("utf-8", errors="replace"))
+        return
+    view = memoryview(data)
+    while view:  # a buffered write into a pipe closed midway returns a short count, no error
+        written = binary.write(view)
+        if not written:
+            raise OSError(errno.EIO, "the stream accepted nothing")
+        view = view[written:]
+    binary.flush()
 
 
 def _write_all(fd: int, data: bytes) -> None:

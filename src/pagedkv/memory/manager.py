@@ -282,7 +282,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if -(-final // bs) > usable:
             return (
                 f"needs {final} token slots ({-(-final // bs)} blocks of {bs}); the KV "
-                f"cache of {self.capacity} slots ({total} blocks{beside}) can never hold it"
+                f"cache of {self.capacity} slots ({total} block{'s' * (total != 1)}{beside}) can "
+                "never hold it"
             )
         wm = self._watermark_blocks
         return (
