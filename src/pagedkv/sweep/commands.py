@@ -64,8 +64,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             retry_failed=args.retry_failed,
         )
     except KeyboardInterrupt:
-        print(f"pagedkv: interrupted; finished points are kept in {out}", file=sys.stderr)
-        print("pagedkv: rerun the same command to run the rest", file=sys.stderr)
+        print(
+            f"pagedkv: interrupted; finished points are kept in {out}: rerun the same "
+            "command to run the rest",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(
         f"{done.total} points: {done.ran} run, {done.skipped} already done, "
