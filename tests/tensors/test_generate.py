@@ -144,3 +144,14 @@ def test_generate_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.out)["summary"]["num_requests"] == 1
     assert "request 0" in captured.err  # the printed lines moved to stderr
+
+
+def test_generate_that_deadlocks_exits_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No preemption and too few blocks for four growing requests: they all stick."""
+    argv = ["--scheduler", "greedy-nopreempt", "--num-gpu-blocks", "5", "--num-prompts", "4"]
+    code, _ = _run(*argv, "--prompt-len", "16", "--max-new-tokens", "40")
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: deadlock: 4 requests can never proceed")
