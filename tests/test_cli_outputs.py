@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import json
 import os
 import stat
@@ -227,3 +228,52 @@ def test_a_closed_pipe_ends_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == exits.EXIT_BROKEN_PIPE
     assert err == b""
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, s: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def test_a_table_into_a_closed_pipe_ends_quietly(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rich would exit 1 on its own; the table's closed pipe is exit 141 like any other."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(LESSON) == exits.EXIT_BROKEN_PIPE
+    assert capsys.readouterr().err == ""
+
+
+def test_json_to_dev_stdout_redirected_to_a_file(tmp_path: Path) -> None:
+    """The descriptor the shell opened is written, at its offset; the file is not replaced
+    by a new one, and the table goes to stderr."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with out.open("w") as f:
+        f.write("")
+        inode = os.fstat(f.fileno()).st_ino
+        proc = subprocess.run(
+            [sys.executable, "-m", "pagedkv.cli", *LESSON, "--json", "/dev/stdout"],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            env=env,
+            check=False,
+        )
+    assert proc.returncode == 0
+    assert b"token utilization" in proc.stderr
+    assert json.loads(out.read_text())["summary"]["finished"] == 20
+    assert out.stat().st_ino == inode
+    assert _tree(tmp_path) == ["out.json"]
+
+
+def test_a_read_only_destination_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Root may write anywhere, so the directory's permission is what os.access says.)"""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr("pagedkv.io.os.access", lambda p, mode: Path(p) != locked and real(p, mode))
+    assert main([*LESSON, "--json", str(locked / "r.json")]) == exits.EXIT_BAD_INPUT
+    assert "not writable" in capsys.readouterr().err
+    assert list(locked.iterdir()) == []

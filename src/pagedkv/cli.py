@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import errno
 import importlib
 import os
 import sys
@@ -61,11 +62,17 @@ exit codes (all of them: pagedkv --help):
 """
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own way out is exit 1; pass the closed pipe on to ``main`` (exit 141)."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def _console(stderr: bool = False) -> Console:
     """stderr: when the command's output file is standard output."""
-    console = Console(stderr=stderr)
+    console = _Console(stderr=stderr)
     if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(width=120, stderr=stderr)
+        console = _Console(width=120, stderr=stderr)
     return console
 
 
