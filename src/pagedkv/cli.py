@@ -282,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Write bench.json and bench.csv here (atomically; default: results).",
     )
     bench.add_argument(
-        "--json", metavar="PATH", help="Also write the capacity table alone as JSON (atomically)."
+        "--json",
+        metavar="PATH",
+        help="Also write the capacity table alone as JSON (atomically; - for standard output).",
     )
     bench.set_defaults(func=_cmd_bench)
     simulate = sub.add_parser(
@@ -299,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--json",
         metavar="PATH",
-        help="Write config, summary and per-request records as JSON (atomically, sorted keys).",
+        help="Write config, summary and per-request records as JSON (atomically, sorted keys; "
+        "- for standard output).",
     )
     simulate.add_argument(
         "--quiet", action="store_true", help="Print no summary table and no progress bar."
