@@ -35,14 +35,17 @@ def _tree(root: Path) -> list[str]:
 
 @pytest.fixture
 def spots(tmp_path: Path) -> dict[str, Path]:
-    """A file, a directory and the plan and sweep specs the commands need."""
+    """A file, a directory, the sweep spec and a results directory the commands need."""
     a_file = tmp_path / "a-file"
     a_file.write_text("keep me")
     a_dir = tmp_path / "a-dir"
     a_dir.mkdir()
     spec = tmp_path / "spec.yaml"
     spec.write_text("workload: lesson\ncost_model: unit\ngrid:\n  block_size: [16]\n")
-    return {"file": a_file, "dir": a_dir, "spec": spec}
+    mapped = tmp_path / "mapped"  # a results directory whose block-map is a file
+    mapped.mkdir()
+    (mapped / "block-map").write_text("not a directory")
+    return {"file": a_file, "dir": a_dir, "spec": spec, "mapped": mapped}
 
 
 SIM = "pagedkv.simulation.simulate"
@@ -60,7 +63,7 @@ BAD_DESTINATIONS = {  # id: (argv, {file}/{dir}/{spec} filled in; the function t
     "reproduce-out-file": ("reproduce --out {file}", "pagedkv.experiments.reproduce.reproduce"),
     "report-out-dir": ("report {dir} --out {dir}", "pagedkv.report.html.build_report"),
     "report-block-map-file": (
-        "report {file} --block-map",
+        "report {mapped} --block-map",
         "pagedkv.report.block_map.run_block_map",
     ),
     "sweep-out-file": ("sweep {spec} --out {file}", "pagedkv.sweep.sweep.run_sweep"),

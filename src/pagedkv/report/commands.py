@@ -16,10 +16,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pagedkv.report.html import build_report
 
     results = Path(args.dir)
-    check_output_file("--out", args.out if args.out else results / "report.html")
+    if results.exists() and not results.is_dir():
+        raise PagedKVError(f"no results in {results}: it is not a directory")
+    if args.out:
+        check_output_file("--out", args.out)
+    else:
+        check_output_file("DIR", results / "report.html")
     if args.block_map:
-        if results.exists() and not results.is_dir():
-            raise PagedKVError(f"no results in {results}: it is not a directory")
         check_output_dir("--block-map", results / "block-map", ("results.json", "results.csv"))
         from pagedkv.report.block_map import run_block_map
 
