@@ -245,3 +245,50 @@ def test_a_read_only_directory_is_refused(tmp_path: Path) -> None:
             check_output_dir("--out", ro / "sub")
     finally:
         ro.chmod(0o755)
+
+
+KINDS = ("missing", "dir", "file", "link-to-dir", "link-to-file", "dangling-link")
+
+
+def _make(path: Path, kind: str, root: Path) -> None:
+    """``path`` as ``kind``, when its parent is a directory to make it in."""
+    if kind == "missing" or not path.parent.is_dir():
+        return
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "file":
+        path.write_text("old")
+    else:
+        target = {"link-to-dir": root / "elsewhere", "link-to-file": root / "other.txt"}
+        path.symlink_to(target.get(kind, root / "nowhere" / "deeper"))
+
+
+@given(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4))
+@settings(max_examples=150, deadline=None)
+def test_the_check_agrees_with_the_write(kinds: list[str]) -> None:
+    """Differential: the check before the work passes exactly when the write would succeed,
+    and then the path (or the file behind its links) holds the data, links kept as links."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "elsewhere").mkdir()
+        (root / "other.txt").write_text("old")
+        path = root / "out"
+        for i, kind in enumerate(kinds):
+            path = path / f"c{i}" if i else path
+            _make(path, kind, root)
+        was_link = path.is_symlink()
+        try:
+            check_output_file("--json", path)
+            checked = True
+        except ConfigError:
+            checked = False
+        try:
+            atomic_write_text(path, "data")
+            written = True
+        except OutputError:
+            written = False
+        assert checked == written, kinds
+        if written:
+            assert path.read_text() == "data"
+            assert path.is_symlink() == was_link
+        assert not list(root.rglob(".*.tmp"))
