@@ -197,3 +197,46 @@ def test_no_progress_bar_off_a_terminal() -> None:
     bar(1, 5000)  # stderr is captured here, not a terminal
     assert not bar.enabled
     bar.close()
+
+
+def test_a_run_that_serves_nothing_exits_4_and_says_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Every request rejected: exit 4, the reason on stderr, --json still written, and the
+    token utilization of a run that held nothing is n/a (null), not 100%."""
+    argv = ["--workload", "lesson", "--cost-model", "unit", "--num-gpu-blocks", "3"]
+    code, data = run(argv, tmp_path / "r.json")
+    assert code == 4
+    assert data is not None
+    assert data["summary"]["finished"] == 0
+    assert data["summary"]["memory"]["token_utilization"] is None
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[0] == "pagedkv: served nothing: 20 of 20 requests rejected"
+    reason = data["requests"][0]["reject_reason"]
+    assert err[1].endswith(f"like request 0: {reason}")
+    row = next(line for line in captured.out.splitlines() if "token utilization" in line)
+    assert "n/a" in row
+    assert "100" not in row
+
+
+def test_an_empty_trace_serves_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "empty.jsonl"
+    trace.write_text("")
+    code, _ = run(["--workload", "trace", "--trace-path", str(trace), "--quiet"])
+    assert code == 4
+    assert "no requests" in capsys.readouterr().err
+
+
+def test_a_reject_under_the_watermark_names_it(tmp_path: Path) -> None:
+    """8 prompt blocks fit the 10-block pool, but not beside the 3 the watermark keeps free."""
+    argv = ["--workload", "fixed", "--num-requests", "3", "--prompt-len", "128"]
+    argv += ["--output-len", "16", "--num-gpu-blocks", "10", "--cost-model", "unit", "--quiet"]
+    code, data = run([*argv, "--watermark", "0.3"], tmp_path / "r.json")
+    assert code == 4
+    assert data is not None
+    assert all("watermark" in r["reject_reason"] for r in data["requests"])
+    code, data = run([*argv, "--watermark", "0"], tmp_path / "r.json")
+    assert code == 0  # the watermark was the cause
+    assert data is not None
+    assert data["summary"]["memory"]["token_utilization"] is not None

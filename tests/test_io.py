@@ -1,13 +1,31 @@
-"""Atomic writes: the file appears whole or not at all."""
+"""Output: a file appears whole or not at all; special files are written in place, never
+replaced; sets of files appear together; destinations are checked before any work."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from pagedkv.errors import ConfigError
+from pagedkv.io import (
+    OutputError,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_dir,
+    check_output_file,
+    is_stdout,
+    output_set,
+)
 
 
 def test_write_then_read_back(tmp_path: Path) -> None:
@@ -41,3 +59,236 @@ def test_written_file_has_the_mode_open_would_give(tmp_path: Path) -> None:
     finally:
         os.umask(mask)
     assert p.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+
+
+# ----- special files: written in place, never replaced --------------------------------------
+
+
+def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_json(fifo, {"a": 1})
+    reader.join(timeout=30)
+    assert got == [b'{\n  "a": 1\n}\n']
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary beside it
+
+
+def test_dev_null_stays_a_character_device() -> None:
+    atomic_write_text("/dev/null", "x")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_full_device_is_an_output_error_and_stays() -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with pytest.raises(OutputError, match="/dev/full"):
+        atomic_write_text("/dev/full", "x")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_missing_path_under_dev_is_never_created() -> None:
+    path = Path("/dev/pagedkv-test-does-not-exist")
+    with pytest.raises(OutputError):
+        atomic_write_text(path, "x")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdout", "/dev/fd/1"])
+def test_stdout_names_write_to_standard_output(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    print("before")
+    atomic_write_text(name, "data\n")
+    assert capsys.readouterr().out == "before\ndata\n"
+    assert is_stdout(name)
+    assert not Path("-").exists()  # no file called "-" appeared
+
+
+def test_a_symlink_stays_a_link_and_its_target_is_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    atomic_write_text(link, "new")
+    assert link.is_symlink()
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_dangling_symlink_gets_its_target_written(tmp_path: Path) -> None:
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "made.json")
+    atomic_write_text(link, "x")
+    assert link.is_symlink()
+    assert (tmp_path / "made.json").read_text() == "x"
+
+
+def test_a_link_to_a_device_writes_the_device(tmp_path: Path) -> None:
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    atomic_write_text(link, "x")
+    assert link.is_symlink()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="directory"):
+        atomic_write_text(tmp_path, "x")
+    assert tmp_path.is_dir()
+
+
+# ----- output_set: all or nothing -------------------------------------------------------------
+
+
+def test_a_set_appears_at_its_end(tmp_path: Path) -> None:
+    with output_set():
+        atomic_write_text(tmp_path / "a", "1")
+        atomic_write_text(tmp_path / "sub" / "b", "2")
+        assert not (tmp_path / "a").exists()  # held back
+    assert (tmp_path / "a").read_text() == "1"
+    assert (tmp_path / "sub" / "b").read_text() == "2"
+
+
+@given(
+    writes=st.lists(st.sampled_from("abcd"), min_size=1, max_size=6),
+    fail_at=st.integers(0, 6),
+    interrupt=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_set_that_raises_changes_nothing(
+    writes: list[str], fail_at: int, interrupt: bool
+) -> None:
+    """Whatever was written before the failure (Ctrl-C too), the old files stay as they were
+    and no temporary is left; without a failure every file holds its last write."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        for name in "ab":
+            (root / name).write_text("old")
+        before = {p.name: p.read_text() for p in root.iterdir()}
+        error: type[BaseException] = KeyboardInterrupt if interrupt else RuntimeError
+        try:
+            with output_set():
+                for i, name in enumerate(writes):
+                    if i == fail_at:
+                        raise error
+                    atomic_write_text(root / name, f"new {i}")
+        except (KeyboardInterrupt, RuntimeError):
+            assert {p.name: p.read_text() for p in root.iterdir()} == before
+            return
+        expected = dict(before)
+        for i, name in enumerate(writes):
+            expected[name] = f"new {i}"
+        assert {p.name: p.read_text() for p in root.iterdir()} == expected
+
+
+def test_a_set_whose_direct_write_fails_renames_nothing(tmp_path: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+
+    def write_both() -> None:
+        with output_set():
+            atomic_write_text(tmp_path / "a.json", "1")
+            atomic_write_text("/dev/full", "2")
+
+    with pytest.raises(OutputError, match="/dev/full"):
+        write_both()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----- checks before any work ---------------------------------------------------------------
+
+
+def test_writable_destinations_pass(tmp_path: Path) -> None:
+    check_output_file("--json", "-")
+    check_output_file("--json", "/dev/null")
+    check_output_file("--json", tmp_path / "new" / "deeper" / "r.json")
+    (tmp_path / "old.json").write_text("x")
+    check_output_file("--json", tmp_path / "old.json")
+    check_output_dir("--out", tmp_path / "new" / "dir", ["a.json", "b.csv"])
+    check_output_dir("--out", tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]  # nothing made
+
+
+def test_bad_destinations_are_config_errors_naming_flag_and_path(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    (tmp_path / "dir" / "a.json").mkdir(parents=True)
+    cases: list[tuple[Callable[[], None], str]] = [
+        (lambda: check_output_file("--json", tmp_path), "is a directory"),
+        (lambda: check_output_file("--json", a_file / "r.json"), "is not a directory"),
+        (lambda: check_output_dir("--out", a_file), "is not a directory"),
+        (lambda: check_output_dir("--out", a_file / "sub"), "is not a directory"),
+        (lambda: check_output_dir("--out", tmp_path / "dir", ["a.json"]), "is a directory"),
+        (lambda: check_output_file("--json", "/dev/pagedkv-nope"), "does not exist"),
+    ]
+    for call, why in cases:
+        with pytest.raises(ConfigError, match=why) as info:
+            call()
+        assert info.value.field in ("--json", "--out")
+        assert str(tmp_path) in str(info.value) or "/dev/" in str(info.value)
+    assert a_file.read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_a_read_only_directory_is_refused(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(ConfigError, match="not writable"):
+            check_output_file("--json", ro / "r.json")
+        with pytest.raises(ConfigError, match="not writable"):
+            check_output_dir("--out", ro / "sub")
+    finally:
+        ro.chmod(0o755)
+
+
+KINDS = ("missing", "dir", "file", "link-to-dir", "link-to-file", "dangling-link")
+
+
+def _make(path: Path, kind: str, root: Path) -> None:
+    """``path`` as ``kind``, when its parent is a directory to make it in."""
+    if kind == "missing" or not path.parent.is_dir():
+        return
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "file":
+        path.write_text("old")
+    else:
+        target = {"link-to-dir": root / "elsewhere", "link-to-file": root / "other.txt"}
+        path.symlink_to(target.get(kind, root / "nowhere" / "deeper"))
+
+
+@given(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4))
+@settings(max_examples=150, deadline=None)
+def test_the_check_agrees_with_the_write(kinds: list[str]) -> None:
+    """Differential: the check before the work passes exactly when the write would succeed,
+    and then the path (or the file behind its links) holds the data, links kept as links."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "elsewhere").mkdir()
+        (root / "other.txt").write_text("old")
+        path = root / "out"
+        for i, kind in enumerate(kinds):
+            path = path / f"c{i}" if i else path
+            _make(path, kind, root)
+        was_link = path.is_symlink()
+        try:
+            check_output_file("--json", path)
+            checked = True
+        except ConfigError:
+            checked = False
+        try:
+            atomic_write_text(path, "data")
+            written = True
+        except OutputError:
+            written = False
+        assert checked == written, kinds
+        if written:
+            assert path.read_text() == "data"
+            assert path.is_symlink() == was_link
+        assert not list(root.rglob(".*.tmp"))

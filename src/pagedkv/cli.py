@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import enum
 import importlib
+import os
 import sys
 import types
 import typing
@@ -19,8 +20,19 @@ from rich.console import Console
 
 from pagedkv import __version__
 from pagedkv.errors import ConfigError, PagedKVError
+from pagedkv.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
+    EXIT_DEADLOCK,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SERVED_NOTHING,
+    EXIT_WRITE_FAILED,
+    served_nothing,
+)
+from pagedkv.exits import epilog as exit_codes_epilog
+from pagedkv.io import OutputError
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_DEADLOCK = 0, 2, 3
 COMMAND_MODULES = (
     "pagedkv.experiments.commands",  # experiment, claims, reproduce
     "pagedkv.report.commands",  # report
@@ -35,28 +47,46 @@ SIMULATE_EPILOG = f"""\
 Every option is also a key of --config FILE.yaml (block_size: 16); flags given on the command
 line override the file. Unset options keep pagedkv.simulate's defaults.
 
-exit codes:
+--json - writes the JSON on standard output (the table then goes to stderr).
+
+exit codes (all of them: pagedkv --help):
   {EXIT_OK}  the run finished
-  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line); nothing is written
+  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line, an unwritable --json);
+     nothing is written
   {EXIT_DEADLOCK}  the run deadlocked: the stuck requests are named on stderr, and --json is
      still written, complete, with summary.deadlocked = true and summary.stuck_requests
+  {EXIT_SERVED_NOTHING}  the run served nothing (every request rejected, or none given): the
+     reasons on stderr; --json is still written
+  {EXIT_WRITE_FAILED}  --json could not be written after the run (a full disk): one line names it
 """
 
 
-def _console() -> Console:
+def _console(stderr: bool = False) -> Console:
+    """stderr: when the command's output file is standard output."""
     from pagedkv.report.console import make_console
 
-    return make_console()
+    return make_console(stderr=stderr)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pagedkv.experiments.bench import side_by_side, titles
     from pagedkv.experiments.lesson_capacity import lesson_capacity
-    from pagedkv.io import atomic_write_json, atomic_write_text
+    from pagedkv.io import (
+        atomic_write_json,
+        atomic_write_text,
+        check_output_dir,
+        check_output_file,
+        is_stdout,
+        output_set,
+    )
     from pagedkv.report.summary import bench_tables
     from pagedkv.report.tables import lesson_capacity_summary, lesson_capacity_table
 
-    console = _console()
+    out = Path(args.out)
+    check_output_dir("--out", out, ("bench.json", "bench.csv"))
+    if args.json:
+        check_output_file("--json", args.json)
+    console = _console(stderr=is_stdout(args.json))
     capacity = lesson_capacity()
     console.print(lesson_capacity_table(capacity))
     for line in lesson_capacity_summary(capacity):
@@ -66,14 +96,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print()
         for table in bench_tables([r for r in runs.rows if r.workload == workload], title, console):
             console.print(table)
-    out = Path(args.out)
-    atomic_write_json(
-        out / "bench.json", {"lesson_capacity": capacity.to_dict(), "side_by_side": runs.to_dict()}
-    )
-    atomic_write_text(out / "bench.csv", runs.to_csv())
+    with output_set():  # all three files, or none
+        atomic_write_json(
+            out / "bench.json",
+            {"lesson_capacity": capacity.to_dict(), "side_by_side": runs.to_dict()},
+        )
+        atomic_write_text(out / "bench.csv", runs.to_csv())
+        if args.json:
+            atomic_write_json(args.json, capacity.to_dict())
     console.print(f"Wrote {out / 'bench.json'} and {out / 'bench.csv'}", soft_wrap=True)
-    if args.json:
-        atomic_write_json(args.json, capacity.to_dict())
     return EXIT_OK
 
 
@@ -191,20 +222,22 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from pagedkv.io import atomic_write_json
+    from pagedkv.io import atomic_write_json, check_output_file, is_stdout
     from pagedkv.report.summary import summary_table
     from pagedkv.simulation import simulate
 
     config = _load_config(args)
+    if args.json:
+        check_output_file("--json", args.json)
     bar = _ProgressBar(enabled=not args.quiet)
     try:
         result = simulate(config, progress=bar)
     finally:
         bar.close()
+    if not args.quiet:  # first: a --json that cannot be written then loses less
+        _console(stderr=is_stdout(args.json)).print(summary_table(result.config, result.summary))
     if args.json:
         atomic_write_json(args.json, result.to_dict())
-    if not args.quiet:
-        _console().print(summary_table(result.config, result.summary))
     if result.summary["deadlocked"]:
         stuck = result.summary["stuck_requests"]
         print(
@@ -213,6 +246,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_DEADLOCK
+    if not result.summary["finished"]:
+        for line in served_nothing(result.requests):
+            print(line, file=sys.stderr)
+        return EXIT_SERVED_NOTHING
     return EXIT_OK
 
 
@@ -220,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pagedkv",
         description="PagedAttention's memory manager and the lab bench to study it.",
+        epilog=exit_codes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pagedkv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -236,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Write bench.json and bench.csv here (atomically; default: results).",
     )
     bench.add_argument(
-        "--json", metavar="PATH", help="Also write the capacity table alone as JSON (atomically)."
+        "--json",
+        metavar="PATH",
+        help="Also write the capacity table alone as JSON (atomically; - for standard output).",
     )
     bench.set_defaults(func=_cmd_bench)
     simulate = sub.add_parser(
@@ -253,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--json",
         metavar="PATH",
-        help="Write config, summary and per-request records as JSON (atomically, sorted keys).",
+        help="Write config, summary and per-request records as JSON (atomically, sorted keys; "
+        "- for standard output).",
     )
     simulate.add_argument(
         "--quiet", action="store_true", help="Print no summary table and no progress bar."
@@ -266,13 +308,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit code (``pagedkv.exits``). No traceback for a user's mistake,
+    a full disk, a Ctrl-C or a closed pipe: one line on stderr (none for the pipe)."""
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except OutputError as exc:  # after the work: the result is lost, say where
+        print(f"pagedkv: error: {exc}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
     except PagedKVError as exc:
         print(f"pagedkv: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("pagedkv: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     return code
+
+
+def _discard_stdout() -> None:
+    """Point the stdout descriptor at /dev/null, so that the interpreter's last flush of what
+    is still buffered does not fail again (Python's documented way out of a broken pipe)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stream: nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_table import cdiv
@@ -198,3 +200,31 @@ def test_misuse_raises_clear_errors() -> None:
     m.swap_out(["a"])
     with pytest.raises(UnknownSequenceError, match="swapped out"):
         m.append_slots("a")
+
+
+@given(
+    bs=st.sampled_from(BLOCK_SIZES),
+    num_blocks=st.integers(1, 40),
+    watermark=st.sampled_from([0.0, 0.01, 0.1, 0.3, 0.6]),
+    prompt_blocks=st.integers(1, 50),
+    extra=st.integers(0, 800),
+)
+@settings(max_examples=200, deadline=None)
+def test_never_reason_names_the_watermark_exactly_when_it_is_the_cause(
+    bs: int, num_blocks: int, watermark: float, prompt_blocks: int, extra: int
+) -> None:
+    """Differential: the reason blames the watermark iff the same pool without one would
+    admit the request; otherwise it names the cache size."""
+    m = make_manager(bs, num_blocks, watermark=watermark)
+    prompt = prompt_blocks * bs - (bs // 2)
+    final = prompt + extra
+    if m.can_allocate("r", prompt, final_len=final) is not AllocStatus.NEVER:
+        return
+    reason = m.never_reason(prompt, final_len=final)
+    without = make_manager(bs, num_blocks, watermark=0.0)
+    blamed = "watermark" in reason
+    assert blamed == (without.can_allocate("r", prompt, final_len=final) is not AllocStatus.NEVER)
+    assert ("can never hold it" in reason) != blamed
+    assert str(num_blocks) in reason
+    m.check_integrity()
+    assert m.num_free_blocks == num_blocks  # explaining changes nothing

@@ -47,3 +47,14 @@ def test_block_map_flag_draws_it_first(tmp_path: Path, capsys: pytest.CaptureFix
     page = parse(Path(capsys.readouterr().out.strip()).read_text(encoding="utf-8"))
     assert "exp-block-map" in page.ids
     assert len(page.images) == 1
+
+
+def test_report_to_stdout_is_the_page_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = make_results(tmp_path / "results")
+    assert main(["report", str(results), "--out", "-"]) == 0
+    page = capsys.readouterr().out
+    assert main(["report", str(results)]) == 0
+    assert page == (results / "report.html").read_text(encoding="utf-8")
+    assert not Path("-").exists()

@@ -109,8 +109,9 @@ def test_bad_plan_is_one_clear_error(change: dict[str, Any], field: str) -> None
 
 
 def test_cli_writes_table_csv_json_and_plot(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # piped tables honour COLUMNS: keep each row on a line
     path = tmp_path / "plan.yaml"
     path.write_text(
         "workload: alpaca-like\nnum_requests: 20\ngpus: {A100-40GB: 1.0}\n"

@@ -128,3 +128,21 @@ def test_cli_sweep_then_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def _tables(out: Path) -> tuple[str, list[dict[str, Any]]]:
     csv_text = (out / "results.csv").read_text(encoding="utf-8")
     return csv_text, pq.read_table(out / "results.parquet").to_pylist()
+
+
+def test_a_journal_that_cannot_be_written_is_one_line_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("pagedkv.sweep.journal.os.fsync", full)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("workload: lesson\ncost_model: unit\ngrid:\n  block_size: [16]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--quiet"]) == 5
+    err = capsys.readouterr().err
+    assert err == f"pagedkv: error: cannot write {out / JOURNAL}: {os.strerror(errno.ENOSPC)}\n"

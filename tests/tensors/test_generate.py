@@ -125,3 +125,33 @@ def test_parser_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_generate_that_serves_nothing_exits_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One block for prompts of 64 tokens: every request rejected, said on stderr."""
+    argv = ["--num-gpu-blocks", "1", "--prompt-len", "64", "--num-prompts", "2"]
+    code, _ = _run(*argv, "--json", str(tmp_path / "g.json"))
+    assert code == 4
+    assert "served nothing: 2 of 2 requests rejected" in capsys.readouterr().err
+    outputs = json.loads((tmp_path / "g.json").read_text())["outputs"]
+    assert all("can never hold it" in o["reject_reason"] for o in outputs)
+
+
+def test_generate_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--num-prompts", "1", "--prompt-len", "4", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["summary"]["num_requests"] == 1
+    assert "request 0" in captured.err  # the printed lines moved to stderr
+
+
+def test_generate_that_deadlocks_exits_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No preemption and too few blocks for four growing requests: they all stick."""
+    argv = ["--scheduler", "greedy-nopreempt", "--num-gpu-blocks", "5", "--num-prompts", "4"]
+    code, _ = _run(*argv, "--prompt-len", "16", "--max-new-tokens", "40")
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: deadlock: 4 requests can never proceed")

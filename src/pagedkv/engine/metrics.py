@@ -9,7 +9,9 @@ Per run:
     max_running = most requests running at once (capacity, not throughput);
     mean_running = running requests per iteration, averaged over iterations;
     memory categories (pagedkv.memory.usage) averaged over iterations weighted by their duration,
-    as fractions of the capacity C.
+    as fractions of the capacity C; token utilization = token states / allocated slots, and
+    None (JSON null, "n/a" in a table) for a run that never allocated a slot (all rejected, or
+    no requests): 0/0 has no value, and 100% would claim a perfect use of nothing.
 """
 
 from __future__ import annotations
@@ -143,11 +145,12 @@ def summarize(
         if r.output_len > 1:
             tpot.append((r.finish_time - r.first_token_time) / (r.output_len - 1))
     busy = totals.busy_time
-    memory = {
+    shares = {
         name: (totals.weighted[name] / busy / capacity if busy else 0.0) for name in CATEGORIES
     }
-    allocated = memory["token_states"] + memory["reservation"] + memory["internal_fragmentation"]
-    memory["token_utilization"] = memory["token_states"] / allocated if allocated else 1.0
+    allocated = shares["token_states"] + shares["reservation"] + shares["internal_fragmentation"]
+    memory: dict[str, float | None] = dict(shares)
+    memory["token_utilization"] = shares["token_states"] / allocated if allocated else None
     memory["pool_occupancy"] = allocated
     output_tokens = sum(r.output_len for r in done)
     return {

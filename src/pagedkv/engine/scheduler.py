@@ -29,6 +29,7 @@ from pagedkv.memory.interface import (
     AllocStatus,
     BlockCopy,
     CopyQueue,
+    ExplainsNever,
     KVAllocator,
     SlotCopy,
     SwapMapping,
@@ -137,6 +138,13 @@ class Scheduler(abc.ABC):
             req.seq_id, req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
         )
         if status is _NEVER:
+            if isinstance(self.kv, ExplainsNever):  # (only on this rare path)
+                return self._reject(
+                    req,
+                    self.kv.never_reason(
+                        req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
+                    ),
+                )
             return self._reject(
                 req,
                 f"needs {req.max_kv_tokens} token slots; the KV cache of {self.kv.capacity} "

@@ -94,7 +94,7 @@ class BenchRow:
     mean_running: float
     preemptions: int
     p99_normalized_latency: float | None
-    token_utilization: float
+    token_utilization: float | None  # None: the run held nothing (engine.metrics)
     pool_occupancy: float
     internal_fragmentation: float
     external_fragmentation: float

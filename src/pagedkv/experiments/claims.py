@@ -26,7 +26,7 @@ from pagedkv.experiments.verdict import (
     describe_range,
     verdict,
 )
-from pagedkv.io import atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_json, atomic_write_text, output_set
 from pagedkv.report import stats
 
 EVIDENCE = (
@@ -352,6 +352,7 @@ def _mem_ratio(mem: ExperimentResult) -> Measurement:
     return _m(f"vllm, {setups.WORKLOADS[0]}, {hi} / {lo} blocks", ci)
 
 
+@output_set()  # both files or neither
 def write_claims(claims: Sequence[Claim], out: Path) -> Path:
     """claims.csv, then claims.json (the shared schema), atomically."""
     rows = [asdict(c) for c in claims]

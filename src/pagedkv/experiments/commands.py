@@ -8,6 +8,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pagedkv.io import check_output_dir
+
+RESULT_FILES = ("results.json", "results.csv")
+"""What every experiment writes in its directory (beside its plots)."""
+
 NAMES = (  # help text only (the registry, which imports every experiment, is the authority)
     "lesson",
     "fragmentation",
@@ -63,6 +68,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     module = get_experiment(args.name)  # a bad name is a ConfigError: exit 2
     out = Path(args.out) if args.out else Path("results") / args.name
+    check_output_dir("--out", out, RESULT_FILES)
     result = framework.run_experiment(
         module, quick=args.quick, seeds=args.seeds, out=out, workers=args.workers
     )
@@ -77,6 +83,8 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     from pagedkv.experiments.claims import run_claims
 
     out = Path(args.out) if args.out else Path("results")
+    check_output_dir("--out", out)
+    check_output_dir("--out", out / "claims", ("claims.json", "claims.csv"))
     for c in run_claims(out, quick=args.quick, workers=args.workers):
         print(f"{c.verdict:>14}  {c.id}: {c.condition}")
     print(f"Wrote {out / 'claims' / 'claims.json'} and claims.csv")
@@ -86,7 +94,9 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from pagedkv.experiments.reproduce import reproduce
 
-    reproduce(Path(args.out or "results"), quick=args.quick, workers=args.workers)
+    out = Path(args.out or "results")
+    check_output_dir("--out", out, ("report.html",))
+    reproduce(out, quick=args.quick, workers=args.workers)
     return 0
 
 

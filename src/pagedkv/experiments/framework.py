@@ -22,7 +22,7 @@ from typing import Any
 from pagedkv.errors import PagedKVError
 from pagedkv.experiments import sharing_metrics  # noqa: F401  (registers its columns)
 from pagedkv.experiments.metrics import CATEGORIES, read_metrics
-from pagedkv.io import atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_json, atomic_write_text, output_set
 from pagedkv.report import stats
 from pagedkv.simulation import SimulationConfig, simulate
 from pagedkv.validation import check_int
@@ -199,8 +199,9 @@ def run_experiment(
     )
     result.findings = list(module.findings(result))
     if out is not None:
-        result.plots = list(module.plot(result, out))
-        write_results(result, out)
+        with output_set():  # the plots and the results appear together, or none
+            result.plots = list(module.plot(result, out))
+            write_results(result, out)
     return result
 
 

@@ -24,8 +24,12 @@ def _latency(name: str, stat: str) -> Callable[[Summary], float | None]:
     return read
 
 
-def _memory(name: str) -> Callable[[Summary], float]:
-    return lambda s: float(s["memory"][name])
+def _memory(name: str) -> Callable[[Summary], float | None]:
+    def read(s: Summary) -> float | None:
+        value = s["memory"][name]  # None: token utilization of a run that held nothing
+        return None if value is None else float(value)
+
+    return read
 
 
 METRICS: dict[str, tuple[Callable[[Summary], Any], str]] = {

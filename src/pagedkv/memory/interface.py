@@ -63,6 +63,20 @@ class CopyQueue(Protocol):
 
 
 @runtime_checkable
+class ExplainsNever(Protocol):
+    """An allocator whose NEVER has more than one cause (the paged manager's watermark): it
+    says which, for the request's reject reason."""
+
+    def never_reason(
+        self,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> str: ...
+
+
+@runtime_checkable
 class KVAllocator(Protocol):
     """What the paged manager and the contiguous allocators both offer."""
 

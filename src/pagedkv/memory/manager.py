@@ -262,6 +262,36 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
         return _LATER if gpu.num_free - taken < wm else _OK
 
+    def never_reason(
+        self,
+        num_tokens: int,
+        *,
+        token_ids: Sequence[int] | None = None,
+        final_len: int | None = None,
+    ) -> str:
+        """Why ``can_allocate`` answers NEVER, in words (a reject reason): the final length
+        beyond the pool, or the first tokens beyond what the watermark leaves admission."""
+        bs = self.block_size
+        total = self.gpu.num_blocks
+        pinned = 0
+        if self._pins:  # (match_prefix reads; it counts no query)
+            pinned = self._pinned_apart(self._hit(num_tokens, token_ids, None).num_computed_tokens)
+        usable = total - pinned
+        beside = f", {pinned} of them held by pinned prefixes" if pinned else ""
+        final = max(num_tokens, final_len or 0)
+        if -(-final // bs) > usable:
+            return (
+                f"needs {final} token slots ({-(-final // bs)} blocks of {bs}); the KV "
+                f"cache of {self.capacity} slots ({total} block{'s' * (total != 1)}{beside}) can "
+                "never hold it"
+            )
+        wm = self._watermark_blocks
+        return (
+            f"its first {num_tokens} tokens need {-(-num_tokens // bs)} blocks of {bs}; the "
+            f"watermark ({self.config.watermark} of {total} blocks) keeps {wm} free at "
+            f"admission, leaving {usable - wm}{beside}"
+        )
+
     def allocate(
         self,
         seq_id: SeqId,

@@ -30,7 +30,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import Executor, StepResult
 from pagedkv.engine.metrics import summarize
 from pagedkv.engine.scheduler import SchedulerOutput
-from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text, output_set
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.manager import KVCacheManager
 
@@ -278,6 +278,7 @@ def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+@output_set()  # the drawings and the results appear together, or none
 def run_block_map(out_dir: Path, *, quick: bool = False) -> Path:
     """Simulate, draw ``block-map-<workload>.png`` and write results.json / .csv in ``out_dir``."""
     out_dir = Path(out_dir)

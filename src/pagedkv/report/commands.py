@@ -12,17 +12,24 @@ from typing import Any
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from pagedkv.errors import PagedKVError
+    from pagedkv.io import check_output_dir, check_output_file, is_stdout
     from pagedkv.report.html import build_report
 
     results = Path(args.dir)
+    if results.exists() and not results.is_dir():
+        raise PagedKVError(f"no results in {results}: it is not a directory")
+    if args.out:
+        check_output_file("--out", args.out)
+    else:
+        check_output_file("DIR", results / "report.html")
     if args.block_map:
-        if results.exists() and not results.is_dir():
-            raise PagedKVError(f"no results in {results}: it is not a directory")
+        check_output_dir("--block-map", results / "block-map", ("results.json", "results.csv"))
         from pagedkv.report.block_map import run_block_map
 
         run_block_map(results / "block-map", quick=args.quick)
     out = build_report(results, Path(args.out) if args.out else None)
-    print(out)
+    if not is_stdout(out):  # the page itself went there
+        print(out)
     return 0
 
 
@@ -43,7 +50,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="The results directory (default: results).",
     )
     report.add_argument(
-        "--out", metavar="PATH", help="Write the page here (default: DIR/report.html)."
+        "--out",
+        metavar="PATH",
+        help="Write the page here (default: DIR/report.html; - for standard output).",
     )
     report.add_argument(
         "--block-map",

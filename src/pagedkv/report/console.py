@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 
@@ -12,11 +13,18 @@ PIPED_WIDTH = 120
 every table whole (a terminal, or ``COLUMNS``, sets the width otherwise)."""
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own way out is exit 1; pass the closed pipe on to the command's ``main``,
+        which ends quietly (exit 141)."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def make_console(*, stderr: bool = False) -> Console:
     """A terminal's own width; piped output honours ``COLUMNS``, else ``PIPED_WIDTH``."""
-    console = Console(stderr=stderr)
+    console = _Console(stderr=stderr)
     if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
-        console = Console(stderr=stderr, width=PIPED_WIDTH)
+        console = _Console(stderr=stderr, width=PIPED_WIDTH)
     return console
 
 

@@ -35,8 +35,9 @@ def fmt_time(value: float | None, unit: str) -> str:
     return f"{fmt_sig(value * 1000)} ms" if abs(value) < 1 else f"{value:,.2f} s"
 
 
-def _pct(value: float) -> str:
-    return f"{value:.1%}"
+def _pct(value: float | None) -> str:
+    """None: a ratio with nothing under it (the token utilization of a run that held nothing)."""
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def summary_table(config: Mapping[str, Any], summary: Mapping[str, Any]) -> Table:

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+from pagedkv.exits import EXIT_INTERRUPTED
+from pagedkv.io import check_output_dir
+
 SWEEP_EPILOG = """\
 The spec is YAML: any `pagedkv simulate` option as a top-level key (fixed for every point),
 `grid:` (option: [values], every combination), `zip:` (option: [values], lists side by side)
@@ -17,7 +19,8 @@ and `seeds:` (a count or a list). The whole spec is checked before any point run
 Results: DIR/results.csv and DIR/results.parquet, one row per point, rebuilt from
 DIR/journal.jsonl, which gets each point as it finishes. Rerun the same command to resume:
 finished points are skipped. exit codes: 0 done (failed points are rows with an error),
-2 bad spec, 130 interrupted (what finished is kept).
+2 bad spec or an unwritable --out, 5 the table could not be written, 130 interrupted (what
+finished is kept). All of them: pagedkv --help.
 """
 
 
@@ -49,6 +52,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     spec = SweepSpec.from_yaml(args.spec)
     out = Path(args.out) if args.out else Path("results") / "sweep" / Path(args.spec).stem
+    check_output_dir("--out", out, ("journal.jsonl", "results.csv", "results.parquet"))
     try:
         done = run_sweep(
             spec,
@@ -60,8 +64,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             retry_failed=args.retry_failed,
         )
     except KeyboardInterrupt:
-        print(f"pagedkv: interrupted; finished points are kept in {out}", file=sys.stderr)
-        print("pagedkv: rerun the same command to run the rest", file=sys.stderr)
+        print(
+            f"pagedkv: interrupted; finished points are kept in {out}: rerun the same "
+            "command to run the rest",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(
         f"{done.total} points: {done.ran} run, {done.skipped} already done, "
@@ -96,6 +103,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if any(v is not None for v in slo.values()):
         overrides["slo"] = {k: v for k, v in slo.items() if v is not None}
     spec = PlanSpec.from_yaml(args.plan, overrides) if args.plan else PlanSpec.from_dict(overrides)
+    check_output_dir("--out", args.out, ("plan.csv", "plan.json", "plan.png"))
     try:
         results = run_plan(
             spec,

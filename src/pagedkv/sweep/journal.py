@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from pagedkv.io import OutputError
+
 
 class Journal:
     def __init__(self, path: Path) -> None:
@@ -28,15 +30,19 @@ class Journal:
         self._file: IO[str] | None = None
 
     def append(self, row: dict[str, Any]) -> None:
-        """Write one finished point durably (flush + fsync) before the sweep moves on."""
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
-            if self._file.tell() and not self._ends_with_newline():
-                self._file.write("\n")  # close a torn line so the new entry parses
-        self._file.write(json.dumps(row) + "\n")  # key order kept: the table's columns
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """Write one finished point durably (flush + fsync) before the sweep moves on; a
+        failed write (a full disk) is an ``OutputError`` naming the journal."""
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+                if self._file.tell() and not self._ends_with_newline():
+                    self._file.write("\n")  # close a torn line so the new entry parses
+            self._file.write(json.dumps(row) + "\n")  # key order kept: the table's columns
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            raise OutputError(self.path, e.strerror or type(e).__name__) from None
         self.rows[row["point_id"]] = row
 
     def _ends_with_newline(self) -> bool:

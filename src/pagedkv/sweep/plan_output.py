@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_json, atomic_write_text, output_set
 from pagedkv.sweep.plan import CandidateResult
 from pagedkv.sweep.plan_spec import PlanSpec
 from pagedkv.sweep.table import columns_of, to_csv
@@ -34,6 +34,7 @@ def plan_table(results: Sequence[CandidateResult], spec: PlanSpec) -> Table:
     return table
 
 
+@output_set()  # the table, the JSON and the plot together, or none
 def write_plan(results: Sequence[CandidateResult], spec: PlanSpec, out: Path) -> list[Path]:
     rows = [r.row() for r in results]
     csv_path = atomic_write_text(out / "plan.csv", to_csv(rows, columns_of(rows, [])))

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pagedkv.io import atomic_write_bytes, atomic_write_text
+from pagedkv.io import atomic_write_bytes, atomic_write_text, output_set
 
 
 def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,6 +55,7 @@ def _cell(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value  # repr: floats round-trip exactly
 
 
+@output_set()  # the CSV and the Parquet file together, or neither
 def write_tables(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str], out: Path, stem: str = "results"
 ) -> list[Path]:

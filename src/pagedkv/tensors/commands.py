@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from typing import Any
 
 _FLAGS = {  # GenerateConfig field -> argparse type (None: a switch)
@@ -29,25 +30,44 @@ _FLAGS = {  # GenerateConfig field -> argparse type (None: a switch)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from pagedkv.io import atomic_write_json
+    from pagedkv.exits import EXIT_DEADLOCK, EXIT_OK, EXIT_SERVED_NOTHING, served_nothing
+    from pagedkv.io import atomic_write_json, check_output_file, is_stdout
     from pagedkv.tensors.generate import generate
     from pagedkv.tensors.generate_config import GenerateConfig
 
     values = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-    result = generate(GenerateConfig(**values))
+    config = GenerateConfig(**values)
+    if args.json:
+        check_output_file("--json", args.json)
+    result = generate(config)
+    say = sys.stderr if is_stdout(args.json) else sys.stdout  # stdout then holds the JSON
     for out in result["outputs"]:
         ids = " ".join(str(t) for t in out["output_token_ids"])
-        print(f"request {out['request_id']} (prompt {out['prompt_len']}): {ids}")
+        print(f"request {out['request_id']} (prompt {out['prompt_len']}): {ids}", file=say)
     s, t = result["summary"], result["timing"]
     print(
         f"{s['generated_tokens']} tokens from {s['num_requests']} requests in "
         f"{t['wall_seconds']:.3f} s: {t['tokens_per_second']:.1f} tokens/s "
-        f"({s['iterations']} iterations, {s['preemptions']} preemptions)"
+        f"({s['iterations']} iterations, {s['preemptions']} preemptions)",
+        file=say,
     )
     if args.json:
         # timing left out: the same config writes byte-identical JSON
         atomic_write_json(args.json, {k: v for k, v in result.items() if k != "timing"})
-    return 0
+    if s["deadlocked"]:
+        ended = ("finished", "rejected")
+        stuck = [o["request_id"] for o in result["outputs"] if o["status"] not in ended]
+        print(
+            f"pagedkv: deadlock: {len(stuck)} requests can never proceed; stuck request ids: "
+            + ", ".join(map(str, stuck)),
+            file=sys.stderr,
+        )
+        return EXIT_DEADLOCK
+    if not any(o["status"] == "finished" for o in result["outputs"]):
+        for line in served_nothing(result["outputs"]):
+            print(line, file=sys.stderr)
+        return EXIT_SERVED_NOTHING
+    return EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -75,5 +95,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             gen.add_argument(flag, dest=name, action="store_true", default=None, help=text)
         else:
             gen.add_argument(flag, dest=name, type=kind, default=None, help=text)
-    gen.add_argument("--json", metavar="PATH", help="Write the outputs (no timing) as JSON.")
+    gen.add_argument(
+        "--json",
+        metavar="PATH",
+        help="Write the outputs (no timing) as JSON (- for standard output: the lines "
+        "printed then go to stderr). Exit codes: pagedkv --help.",
+    )
     gen.set_defaults(func=_cmd_generate)

@@ -117,6 +117,7 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
             "status": r.status.value,
             "num_preemptions": r.num_preemptions,
             "output_token_ids": list(r.output_token_ids),
+            "reject_reason": r.reject_reason,
         }
         for r in run.requests
     ]
