@@ -100,7 +100,9 @@ class HardwareConfig:
         get_gpu(self.gpu)
         object.__setattr__(self, "dtype", check_choice("dtype", self.dtype, ModelDType))
         object.__setattr__(
-            self, "kv_cache_dtype", check_choice("kv_cache_dtype", self.kv_cache_dtype, KVCacheDType)
+            self,
+            "kv_cache_dtype",
+            check_choice("kv_cache_dtype", self.kv_cache_dtype, KVCacheDType),
         )
         check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
@@ -289,10 +291,11 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
         cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
     specs = make_workload(config.workload)
     executor = SimExecutor(cost)
-    windowed = isinstance(cost, RooflineCost) and needs_window_pricing(model, sched.max_model_len)
-    if windowed:  # steps priced with the window: not linear, so no fast-forward (sliding.py)
-        assert model.sliding_window is not None and isinstance(cost, RooflineCost)
-        executor = WindowedExecutor(cost, model.sliding_window)
+    windowed = False
+    if isinstance(cost, RooflineCost) and needs_window_pricing(model, sched.max_model_len):
+        assert model.sliding_window is not None  # steps priced with the window: not linear,
+        executor = WindowedExecutor(cost, model.sliding_window)  # so no fast-forward
+        windowed = True
     engine = Engine(
         policy(sched, kv),
         executor,

@@ -209,7 +209,9 @@ DEEPSEEK_MOE_16B = {  # deepseek-ai/deepseek-moe-16b-base
 
 def test_gpt2(tmp_path: Path) -> None:
     m = _load(tmp_path, GPT2)
-    assert m.architecture is Architecture.GPT2 and m.tied and m.intermediate_size == 4 * 768
+    assert m.architecture is Architecture.GPT2
+    assert m.tied
+    assert m.intermediate_size == 4 * 768
     layer = (4 * 768 * 768 + 4 * 768) + (2 * 768 * 3072 + 3072 + 768) + 2 * 2 * 768
     assert layer == 2_362_368 + 4_722_432 + 3_072
     # tokens + 1024 learned positions (no offset) + 12 layers + final LayerNorm; tied head
@@ -267,7 +269,9 @@ def test_mistral_window_on_every_layer(tmp_path: Path) -> None:
 
 def test_qwen2_biases_and_disabled_window(tmp_path: Path) -> None:
     m = _load(tmp_path, QWEN2_7B)
-    assert m.qkv_bias and not m.o_bias and m.sliding_window is None  # use_sliding_window false
+    assert m.qkv_bias
+    assert not m.o_bias
+    assert m.sliding_window is None
     attn = 3584 * 3584 + 2 * 3584 * 512 + 3584 * 3584 + (3584 + 2 * 512)  # q, k, v biases
     layer = attn + 3 * 3584 * 18944 + 2 * 3584
     assert m.num_params == 28 * layer + 3584 + 2 * 152064 * 3584 == 7_615_616_512
@@ -282,18 +286,22 @@ def test_qwen2_window_on_layers_from_max_window_layers(tmp_path: Path) -> None:
 
 def test_qwen3_explicit_head_dim_qk_norm_tied(tmp_path: Path) -> None:
     m = _load(tmp_path, QWEN3_06B)
-    assert m.head_dim == 128 and m.qk_norm and m.tied
+    assert m.head_dim == 128
+    assert m.qk_norm
+    assert m.tied
     q, kv = 16 * 128, 8 * 128
     attn = 1024 * q + 2 * 1024 * kv + q * 1024 + 2 * 128  # + q_norm and k_norm of head_dim
     layer = attn + 3 * 1024 * 3072 + 2 * 1024
-    assert attn == 6_291_712 and layer == 15_730_944
+    assert attn == 6_291_712
+    assert layer == 15_730_944
     assert m.num_params == 151936 * 1024 + 28 * layer + 1024 == 596_049_920
     assert m.kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688
 
 
 def test_gemma_tied_by_default(tmp_path: Path) -> None:
     m = _load(tmp_path, GEMMA_7B)
-    assert m.tied and m.head_dim == 256
+    assert m.tied
+    assert m.head_dim == 256
     attn = 3072 * 4096 + 2 * 3072 * 4096 + 4096 * 3072  # 16 heads of 256 = 4096
     layer = attn + 3 * 3072 * 24576 + 2 * 3072
     assert m.num_params == 256000 * 3072 + 28 * layer + 3072 == 8_537_680_896
@@ -326,8 +334,10 @@ def test_gemma3_multimodal_reads_text_config(tmp_path: Path) -> None:
     text = {k: v for k, v in GEMMA3_1B.items() if k != "model_type"}
     raw = {"model_type": "gemma3", "text_config": {**text, "model_type": "gemma3_text"}}
     m = _load(tmp_path, raw)
-    assert m.num_params == 999_885_952 and m.num_sliding_layers == 22
-    assert len(m.notes) == 1 and "vision tower" in m.notes[0]
+    assert m.num_params == 999_885_952
+    assert m.num_sliding_layers == 22
+    assert len(m.notes) == 1
+    assert "vision tower" in m.notes[0]
 
 
 def test_layer_types_count_per_layer(tmp_path: Path) -> None:
@@ -341,7 +351,8 @@ def test_layer_types_count_per_layer(tmp_path: Path) -> None:
 
 def test_mixtral_active_and_total(tmp_path: Path) -> None:
     m = _load(tmp_path, MIXTRAL)
-    assert m.moe is not None and m.moe.num_moe_layers == 32
+    assert m.moe is not None
+    assert m.moe.num_moe_layers == 32
     attn = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096
     expert = 3 * 4096 * 14336
     router = 4096 * 8
@@ -380,7 +391,8 @@ def test_qwen2_moe_shared_expert(tmp_path: Path) -> None:
 
 def test_deepseek_moe_dense_first_layer(tmp_path: Path) -> None:
     m = _load(tmp_path, DEEPSEEK_MOE_16B)
-    assert m.moe is not None and m.moe.num_moe_layers == 27  # layer 0 stays dense
+    assert m.moe is not None
+    assert m.moe.num_moe_layers == 27
     attn, norms = 4 * 2048 * 2048, 2 * 2048
     dense = attn + 3 * 2048 * 10944 + norms
     moe = attn + 64 * 3 * 2048 * 1408 + 2048 * 64 + 3 * 2048 * (2 * 1408) + norms
@@ -404,7 +416,8 @@ def test_unknown_model_type_reads_standard_fields(tmp_path: Path) -> None:
     layer = 4 * 512 * 512 + 3 * 512 * 1024 + 2 * 512  # Llama-style, 8 KV heads (MHA)
     assert m.num_params == 4 * layer + 512 + 2 * 1000 * 512
     assert m.kv_bytes_per_token == 2 * 4 * 8 * 64 * 2
-    assert len(m.notes) == 1 and "'my_decoder' is not a known family" in m.notes[0]
+    assert len(m.notes) == 1
+    assert "'my_decoder' is not a known family" in m.notes[0]
     assert not _load(tmp_path, {**raw, "model_type": "llama"}).notes
 
 
@@ -437,7 +450,10 @@ def test_unknown_model_type_missing_key(tmp_path: Path, key: str) -> None:
         ({**QWEN3_30B_A3B, "moe_intermediate_size": None}, "moe_intermediate_size"),
         ({**MISTRAL_V01, "sliding_window": 0}, "sliding_window"),
         ({**LLAMA_31_8B, "rope_scaling": [8]}, "rope_scaling"),
-        ({**LLAMA_31_8B, "rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "rope_scaling.factor"),
+        (
+            {**LLAMA_31_8B, "rope_scaling": {"rope_type": "linear", "factor": 0.5}},
+            "rope_scaling.factor",
+        ),
         ({**DEEPSEEK_MOE_16B, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "kv_lora_rank"),
     ],
 )
@@ -453,7 +469,7 @@ def test_every_family_is_read(tmp_path: Path) -> None:
     configs += [GEMMA2_9B, GEMMA3_1B, MIXTRAL, QWEN3_30B_A3B, QWEN15_MOE, DEEPSEEK_MOE_16B]
     assert {c["model_type"] for c in configs} == set(FAMILIES)
     for raw in configs:
-        path = tmp_path / raw["model_type"]
+        path = tmp_path / str(raw["model_type"])
         path.mkdir()
         (path / "config.json").write_text(json.dumps(raw))
         m = get_model(path)

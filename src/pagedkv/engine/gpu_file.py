@@ -42,7 +42,8 @@ def gpu_from_yaml(path: str | Path) -> GPUSpec:
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except OSError as err:
-        raise ConfigError("gpu", str(path), f"must be a readable GPU YAML file ({err.strerror})"
+        raise ConfigError(
+            "gpu", str(path), f"must be a readable GPU YAML file ({err.strerror})"
         ) from None
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or type(err).__name__

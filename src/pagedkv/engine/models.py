@@ -168,7 +168,11 @@ class ModelSpec:
     @property
     def attention_params(self) -> int:
         """One layer's attention: q, k, v, o (+ their biases, + q/k norms)."""
-        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        h, q, kv = (
+            self.hidden_size,
+            self.num_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+        )
         weights = h * q + 2 * h * kv + q * h
         if self.layer_norm:
             return weights + q + 2 * kv + h
@@ -340,6 +344,7 @@ MODELS: dict[str, ModelSpec] = {
         _llama("Mistral-7B", (32, 4096, 32, 8, 14336), 32000, 32768),
     )
 }
+
 
 def get_model(name_or_path: str | Path) -> ModelSpec:
     """A preset model by name (case-insensitive), or a path to a config.json or its directory."""
