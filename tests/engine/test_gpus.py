@@ -119,3 +119,13 @@ def test_missing_gpu_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_cli_runs_on_a_gpu_file(tmp_path: Path) -> None:
     path = _write(tmp_path, L40S_YAML)
     assert main(["simulate", "--gpu", str(path), "--model", "Llama-3-8B", "--quiet"]) == 0
+
+
+def test_a_plan_takes_gpu_files_as_candidates(tmp_path: Path) -> None:
+    from pagedkv.sweep.plan_spec import PlanSpec
+
+    path = _write(tmp_path, L40S_YAML)
+    spec = PlanSpec.from_dict(
+        {"model": "Llama-3-8B", "gpus": {str(path): 1.2, "L40S": 1.0}, "slo": {"ttft_p99": 2.0}}
+    )
+    assert [c.gpu for c in spec.candidates()] == [str(path), "L40S"]

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pagedkv.engine.hf_config import FAMILIES, model_from_hf_config
-from pagedkv.engine.models import Architecture, ModelSpec, get_model
+from pagedkv.engine.models import Architecture, ModelSpec, MoESpec, get_model
 from pagedkv.errors import ConfigError
 
 
@@ -455,6 +457,7 @@ def test_unknown_model_type_missing_key(tmp_path: Path, key: str) -> None:
             "rope_scaling.factor",
         ),
         ({**DEEPSEEK_MOE_16B, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "kv_lora_rank"),
+        ({**OPT_125M, "hidden_size": 1536, "word_embed_proj_dim": 768}, "word_embed_proj_dim"),
     ],
 )
 def test_bad_family_configs(tmp_path: Path, raw: dict[str, Any], field: str) -> None:
@@ -476,3 +479,75 @@ def test_every_family_is_read(tmp_path: Path) -> None:
         assert not m.notes
         assert m.num_active_params <= m.num_params
         assert (m.moe is None) == (m.num_active_params == m.num_params)
+
+
+def test_simulate_notes_an_unknown_family_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pagedkv.cli import main
+
+    raw = {**MISTRAL_V01, "model_type": "my_decoder", "num_hidden_layers": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    flags = ["simulate", "--model", str(path), "--gpu", "L4", "--quiet"]
+    assert main([*flags, "--workload", "fixed", "--prompt-len", "64", "--output-len", "8"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("pagedkv: note: ")
+    assert "'my_decoder' is not a known family" in err[0]
+    del raw["intermediate_size"]
+    path.write_text(json.dumps(raw))
+    assert main(flags) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"pagedkv: error: intermediate_size: got None; is missing (in {path})"]
+
+
+@st.composite
+def _specs(draw: st.DrawFn) -> ModelSpec:
+    kv_heads = draw(st.integers(1, 4))
+    layers = draw(st.integers(1, 12))
+    experts = draw(st.integers(1, 8))
+    moe = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                MoESpec,
+                st.just(experts),
+                st.integers(1, experts),
+                st.integers(1, 64),
+                st.integers(1, layers),
+                st.integers(0, 64),
+                st.booleans(),
+            ),
+        )
+    )
+    sliding = draw(st.integers(0, layers))
+    return ModelSpec(
+        "m",
+        draw(st.sampled_from(Architecture)),
+        layers,
+        draw(st.integers(1, 8)) * 16,
+        kv_heads * draw(st.integers(1, 4)),
+        kv_heads,
+        draw(st.integers(1, 8)) * 8,
+        draw(st.integers(1, 256)),
+        draw(st.integers(1, 1000)),
+        draw(st.integers(1, 4096)),
+        qkv_bias=draw(st.booleans()),
+        qk_norm=draw(st.booleans()),
+        sliding_window=draw(st.integers(1, 512)) if sliding else None,
+        num_sliding_layers=sliding,
+        moe=moe,
+    )
+
+
+@given(_specs(), st.integers(0, 2000))
+def test_counts_are_consistent(m: ModelSpec, tokens: int) -> None:
+    assert m.num_active_params <= m.num_params
+    if m.moe is None or m.moe.experts_per_token == m.moe.num_experts:
+        assert m.num_active_params == m.num_params  # every expert active: nothing idle
+    seq = m.sequence_kv_bytes_per_gpu(tokens)
+    assert seq <= tokens * m.kv_bytes_per_token  # windows only ever keep less
+    if m.sliding_window is None or tokens <= m.sliding_window:
+        assert seq == tokens * m.kv_bytes_per_token
+    assert m.kv_bytes_per_token == m.num_layers * m.kv_bytes_per_layer_per_gpu()

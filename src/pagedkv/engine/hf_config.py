@@ -128,6 +128,10 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError("num_attention_heads", heads, f"must divide hidden_size{where}")
     if heads % kv_heads:
         raise ConfigError("num_key_value_heads", kv_heads, f"must divide {heads} heads{where}")
+    proj = raw.get("word_embed_proj_dim")
+    if family.architecture is Architecture.OPT and proj not in (None, hidden):
+        why = "must equal hidden_size: OPT-350m's embedding projections are not counted"
+        raise ConfigError("word_embed_proj_dim", proj, why + where)
     bias = bool(raw.get("attention_bias", False))
     window, num_sliding = sliding_layers(cfg, family.window, layers)
     try:
