@@ -458,6 +458,9 @@ def test_unknown_model_type_missing_key(tmp_path: Path, key: str) -> None:
         ),
         ({**DEEPSEEK_MOE_16B, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "kv_lora_rank"),
         ({**OPT_125M, "hidden_size": 1536, "word_embed_proj_dim": 768}, "word_embed_proj_dim"),
+        ({**LLAMA_31_8B, "attention_bias": "no"}, "attention_bias"),
+        ({**GEMMA_7B, "tie_word_embeddings": 1}, "tie_word_embeddings"),
+        ({**QWEN15_MOE, "mlp_only_layers": 3}, "mlp_only_layers"),
     ],
 )
 def test_bad_family_configs(tmp_path: Path, raw: dict[str, Any], field: str) -> None:

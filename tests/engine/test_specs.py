@@ -13,7 +13,7 @@ import pytest
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
 from pagedkv.engine.hf_config import model_from_hf_config
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model
+from pagedkv.engine.models import MODELS, Architecture, ModelSpec, MoESpec, get_model
 from pagedkv.errors import ConfigError
 
 NOMINAL = {
@@ -249,6 +249,14 @@ def test_lookup_by_name() -> None:
         ({"num_kv_heads": 3}, "num_kv_heads"),
         ({"dtype_bytes": 3}, "dtype_bytes"),
         ({"architecture": "bert"}, "architecture"),
+        ({"kv_dtype_bytes": 3}, "kv_dtype_bytes"),
+        ({"norms_per_layer": 0}, "norms_per_layer"),
+        ({"qk_norm": 1}, "qk_norm"),
+        ({"sliding_window": 4096}, "num_sliding_layers"),
+        ({"num_sliding_layers": 2}, "sliding_window"),
+        ({"sliding_window": 0, "num_sliding_layers": 2}, "sliding_window"),
+        ({"sliding_window": 64, "num_sliding_layers": 33}, "num_sliding_layers"),
+        ({"moe": MoESpec(8, 2, 128, 33)}, "num_moe_layers"),
     ],
 )
 def test_model_spec_rejects(kwargs: dict[str, Any], field: str) -> None:
@@ -312,3 +320,22 @@ def test_max_concurrency_without_a_window_is_whole_requests_of_blocks(
     tp = 8 if name == "OPT-175B" else 2
     cap = kv_capacity(gpu, MODELS[name], tensor_parallel_size=tp)
     assert cap.max_concurrency(tokens) == cap.num_gpu_blocks // -(-tokens // 16)
+
+
+_MOE = MoESpec(num_experts=8, experts_per_token=2, expert_intermediate_size=1, num_moe_layers=1)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"num_experts": 0, "experts_per_token": 0}, "num_experts"),
+        ({"experts_per_token": 9}, "experts_per_token"),
+        ({"expert_intermediate_size": 0}, "expert_intermediate_size"),
+        ({"num_moe_layers": 0}, "num_moe_layers"),
+        ({"shared_intermediate_size": -1}, "shared_intermediate_size"),
+    ],
+)
+def test_moe_spec_rejects(change: dict[str, int], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(_MOE, **change)
+    assert info.value.field == field

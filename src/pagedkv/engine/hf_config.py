@@ -132,7 +132,12 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     if family.architecture is Architecture.OPT and proj not in (None, hidden):
         why = "must equal hidden_size: OPT-350m's embedding projections are not counted"
         raise ConfigError("word_embed_proj_dim", proj, why + where)
-    bias = bool(raw.get("attention_bias", False))
+    bias = raw.get("attention_bias", False)
+    if not isinstance(bias, bool):
+        raise ConfigError("attention_bias", bias, f"must be true or false{where}")
+    tied = raw.get("tie_word_embeddings", family.tied)
+    if not isinstance(tied, bool):
+        raise ConfigError("tie_word_embeddings", tied, f"must be true or false{where}")
     window, num_sliding = sliding_layers(cfg, family.window, layers)
     try:
         return ModelSpec(
@@ -147,7 +152,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             vocab_size=cfg.get_int("vocab_size"),
             max_model_len=cfg.max_model_len(_MAX_LEN_KEYS),
             dtype_bytes=_DTYPE_BYTES[dtype],
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", family.tied)),
+            tie_word_embeddings=tied,
             qkv_bias=family.qkv_bias or bias,
             o_bias=bias,
             qk_norm=family.qk_norm,

@@ -47,7 +47,10 @@ class ConfigReader:
         value = self.get(key, [])
         if not isinstance(value, list):
             raise ConfigError(key, value, f"must be a list of layer indices{self.where}")
-        return [check_int(key, v, 0) for v in value]
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(key, value, f"must be a list of layer indices{self.where}")
+        return value
 
     def max_model_len(self, keys: Sequence[str]) -> int:
         """The first of ``keys`` present, scaled as vLLM scales it under ``rope_scaling``.
