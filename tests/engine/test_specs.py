@@ -335,7 +335,7 @@ _MOE = MoESpec(num_experts=8, experts_per_token=2, expert_intermediate_size=1, n
         ({"shared_intermediate_size": -1}, "shared_intermediate_size"),
     ],
 )
-def test_moe_spec_rejects(change: dict[str, int], field: str) -> None:
+def test_moe_spec_rejects(change: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(_MOE, **change)
     assert info.value.field == field
