@@ -208,6 +208,55 @@ DEEPSEEK_MOE_16B = {  # deepseek-ai/deepseek-moe-16b-base
     "tie_word_embeddings": False,
 }
 
+DEEPSEEK_V3 = {  # deepseek-ai/DeepSeek-V3
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "num_hidden_layers": 61,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "rope_scaling": {
+        "type": "yarn",
+        "factor": 40,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+    },
+    "vocab_size": 129280,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+DEEPSEEK_V2_LITE = {  # deepseek-ai/DeepSeek-V2-Lite: no query bottleneck
+    **DEEPSEEK_V3,
+    "model_type": "deepseek_v2",
+    "hidden_size": 2048,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 27,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1,
+    "topk_method": "greedy",
+    "q_lora_rank": None,
+    "vocab_size": 102400,
+}
+
 
 def test_gpt2(tmp_path: Path) -> None:
     m = _load(tmp_path, GPT2)
@@ -404,6 +453,41 @@ def test_deepseek_moe_dense_first_layer(tmp_path: Path) -> None:
     assert m.num_active_params == active
 
 
+def test_deepseek_v3_latent_attention(tmp_path: Path) -> None:
+    m = _load(tmp_path, DEEPSEEK_V3)
+    assert m.mla is not None
+    assert m.moe is not None
+    h, heads = 7168, 128
+    q = h * 1536 + 1536 + 1536 * heads * (128 + 64)  # bottleneck, its norm, up to every head
+    kv = h * (512 + 64) + 512 + 512 * heads * (128 + 128)  # latent + rotary key; up-projection
+    attn = q + kv + heads * 128 * h
+    assert m.attention_params == attn == 187_107_328
+    dense = attn + 3 * h * 18432 + 2 * h  # layers 0-2
+    router = (h + 1) * 256  # + e_score_correction_bias
+    moe = attn + 256 * 3 * h * 2048 + router + 3 * h * 2048 + 2 * h  # 256 routed, 1 shared
+    embeddings = 2 * 129280 * h
+    assert m.num_params == 3 * dense + 58 * moe + h + embeddings == 671_026_419_200  # "671B"
+    active = 3 * dense + 58 * (moe - 248 * 3 * h * 2048) + h + embeddings  # 8 of 256 routed
+    assert m.num_active_params == active == 37_552_297_472  # "37B activated"
+    # the cache holds the latent and the rotary key: 576 elements a layer, on every GPU
+    assert m.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
+    assert m.kv_bytes_per_token_per_gpu(8) == 70_272
+    assert m.attention_flops_per_pair_per_layer == heads * (2 * 576 + 2 * 512)
+    assert m.max_model_len == 4096 * 40  # yarn
+
+
+def test_deepseek_v2_lite(tmp_path: Path) -> None:
+    m = _load(tmp_path, DEEPSEEK_V2_LITE)
+    assert m.mla is not None
+    assert m.mla.q_lora_rank == 0
+    h, heads = 2048, 16
+    attn = h * heads * 192 + h * 576 + 512 + 512 * heads * 256 + heads * 128 * h
+    dense = attn + 3 * h * 10944 + 2 * h
+    moe = attn + 64 * 3 * h * 1408 + h * 64 + 2 * 3 * h * 1408 + 2 * h  # no router bias
+    assert m.num_params == dense + 26 * moe + h + 2 * 102400 * h == 15_706_484_224  # "15.7B"
+    assert m.kv_bytes_per_token == 27 * 576 * 2
+
+
 def test_unknown_model_type_reads_standard_fields(tmp_path: Path) -> None:
     raw = {
         "model_type": "my_decoder",
@@ -456,7 +540,8 @@ def test_unknown_model_type_missing_key(tmp_path: Path, key: str) -> None:
             {**LLAMA_31_8B, "rope_scaling": {"rope_type": "linear", "factor": 0.5}},
             "rope_scaling.factor",
         ),
-        ({**DEEPSEEK_MOE_16B, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "kv_lora_rank"),
+        ({**DEEPSEEK_V3, "qk_nope_head_dim": None}, "qk_nope_head_dim"),
+        ({**DEEPSEEK_V3, "kv_lora_rank": 0}, "kv_lora_rank"),
         ({**OPT_125M, "hidden_size": 1536, "word_embed_proj_dim": 768}, "word_embed_proj_dim"),
         ({**LLAMA_31_8B, "attention_bias": "no"}, "attention_bias"),
         ({**GEMMA_7B, "tie_word_embeddings": 1}, "tie_word_embeddings"),
@@ -473,6 +558,7 @@ def test_bad_family_configs(tmp_path: Path, raw: dict[str, Any], field: str) -> 
 def test_every_family_is_read(tmp_path: Path) -> None:
     configs = [GPT2, OPT_125M, LLAMA_31_8B, MISTRAL_V01, QWEN2_7B, QWEN3_06B, GEMMA_7B]
     configs += [GEMMA2_9B, GEMMA3_1B, MIXTRAL, QWEN3_30B_A3B, QWEN15_MOE, DEEPSEEK_MOE_16B]
+    configs += [DEEPSEEK_V2_LITE, DEEPSEEK_V3]
     assert {c["model_type"] for c in configs} == set(FAMILIES)
     for raw in configs:
         path = tmp_path / str(raw["model_type"])
@@ -554,3 +640,29 @@ def test_counts_are_consistent(m: ModelSpec, tokens: int) -> None:
     if m.sliding_window is None or tokens <= m.sliding_window:
         assert seq == tokens * m.kv_bytes_per_token
     assert m.kv_bytes_per_token == m.num_layers * m.kv_bytes_per_layer_per_gpu()
+
+
+def test_latent_attention_in_the_roofline_and_the_pool(tmp_path: Path) -> None:
+    from pagedkv.engine.batch_shape import BatchShape
+    from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
+    from pagedkv.engine.gpus import GPUS, GiB
+    from pagedkv.simulation import SimulationConfig, simulate
+
+    v3 = _load(tmp_path, DEEPSEEK_V3)
+    cfg = RooflineConfig()
+    cost = RooflineCost(GPUS["H200"], v3, tensor_parallel_size=8, config=cfg)
+    flop_s = 989e12 * cfg.compute_efficiency * 8
+    pair = BatchShape(0, 0, 1, 0)
+    assert cost.compute_time(pair) == pytest.approx(61 * 128 * (2 * 576 + 2 * 512) / flop_s)
+    byte_s = 4.8e12 * cfg.memory_efficiency
+    read = cost.memory_time(BatchShape(0, 0, 0, 1)) - cost.memory_time(BatchShape())
+    assert read == pytest.approx(70_272 / byte_s)  # the whole latent on every GPU
+
+    lite = tmp_path / "lite"
+    lite.mkdir()
+    (lite / "config.json").write_text(json.dumps(DEEPSEEK_V2_LITE))
+    flat = {"model": str(lite), "gpu": "H100-SXM", "workload": "sharegpt-like"}
+    result = simulate(SimulationConfig.from_flat({**flat, "num_requests": 40}))
+    kv_bytes = int(80 * GiB * 0.9) - 2 * 15_706_484_224 - 128 * 2**20
+    assert result.summary["num_gpu_blocks"] == kv_bytes // (16 * 27 * 576 * 2)
+    assert result.summary["finished"] == 40

@@ -174,7 +174,8 @@ class RooflineCost:
       of a mixture of experts only the experts it is routed to)
       + 2 x vocab x hidden x num_seqs (the lm head on each sequence's last position; vLLM
       computes these logits even for a partial prefill chunk)
-      + 4 x layers x heads x head_dim x attn_pairs (QK^T and AV, 2 FLOPs per multiply-add);
+      + 4 x layers x heads x head_dim x attn_pairs (QK^T and AV, 2 FLOPs per multiply-add;
+      multi-head latent attention: ``MLASpec.flops_per_pair``);
     * bytes = weights streamed once (non-embedding params + lm head; the embedding table is only
       gathered; every expert, as a batch of a few tokens already routes to most of them)
       + K/V per token per GPU x (kv_read_tokens + num_tokens written), in the KV cache dtype;
@@ -200,7 +201,7 @@ class RooflineCost:
         self.config = cfg = RooflineConfig() if config is None else config
         flop_s = gpu.bf16_flops * cfg.compute_efficiency * tp
         byte_s = gpu.mem_bandwidth * cfg.memory_efficiency
-        attn_flops = 4 * model.num_layers * model.num_heads * model.head_dim
+        attn_flops = model.num_layers * model.attention_flops_per_pair_per_layer
         self._compute = _Linear(
             0.0,
             (
@@ -214,7 +215,7 @@ class RooflineCost:
         kv = model.kv_bytes_per_token_per_gpu(tp)
         self._memory = _Linear(weights / byte_s, (kv / byte_s, 0.0, 0.0, kv / byte_s))
         sliding = model.num_sliding_layers  # their share of the attention and K/V read terms
-        self._sliding_attn = 4 * sliding * model.num_heads * model.head_dim / flop_s
+        self._sliding_attn = sliding * model.attention_flops_per_pair_per_layer / flop_s
         self._sliding_read = sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s
         allreduces = 2 * model.num_layers if tp > 1 else 0
         ring_bytes = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.hf_layers import ConfigReader, moe_spec, sliding_layers
+from pagedkv.engine.hf_layers import ConfigReader, mla_spec, moe_spec, sliding_layers
 from pagedkv.engine.models import Architecture, ModelSpec
 from pagedkv.errors import ConfigError
 
@@ -58,6 +58,8 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(),
     "mixtral": Family(),
     "deepseek": Family(),  # DeepSeek-MoE (v1): standard attention, DeepSeek's MoE keys
+    "deepseek_v2": Family(),  # multi-head latent attention (kv_lora_rank), DeepSeek's MoE
+    "deepseek_v3": Family(),
     "qwen2": Family(qkv_bias=True, window="qwen"),
     "qwen2_moe": Family(qkv_bias=True, window="qwen"),
     "qwen3": Family(qk_norm=True, window="qwen"),
@@ -65,9 +67,6 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(tied=True),
     "gemma2": Family(tied=True, norms_per_layer=4, window="alternate"),
     "gemma3_text": Family(tied=True, norms_per_layer=4, qk_norm=True, window="pattern"),
-}
-_UNSUPPORTED = {
-    "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3) caches a latent, not K/V heads",
 }
 
 
@@ -108,9 +107,6 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             f"{file}: model_type {model_type!r} is not a known family; read as a Llama-style "
             "decoder from its standard fields (known: " + ", ".join(sorted(FAMILIES)) + ")"
         )
-    for key, why in _UNSUPPORTED.items():
-        if raw.get(key) is not None:
-            raise ConfigError(key, raw[key], f"is not supported: {why}{where}")
     cfg = ConfigReader(raw, where, dict(family.aliases))
     dtype_key = "torch_dtype" if "torch_dtype" in raw else "dtype"
     dtype = raw.get(dtype_key) or "float16"
@@ -160,6 +156,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             sliding_window=window,
             num_sliding_layers=num_sliding,
             moe=moe_spec(cfg, layers, ffn),
+            mla=mla_spec(cfg),
             notes=tuple(notes),
         )
     except ConfigError as err:  # e.g. num_key_value_heads not dividing the heads

@@ -1,6 +1,6 @@
 """Reading a ``config.json``'s keys: typed look-ups that name the key and the file, and the
 parts spread over several keys (which layers slide, which are mixtures of experts, the longest
-sequence under ``rope_scaling``). Used by ``hf_config.py``.
+sequence under ``rope_scaling``, latent attention). Used by ``hf_config.py``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pagedkv.engine.mla import MLASpec
 from pagedkv.engine.models import MoESpec
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_int
@@ -124,7 +125,8 @@ def moe_spec(cfg: ConfigReader, num_layers: int, intermediate_size: int) -> MoES
         layers = sum(1 for i in range(num_layers) if i >= first and i % freq == 0)
         shared = cfg.get_int("n_shared_experts", 0, 0) * width
         experts = cfg.get_int("n_routed_experts")
-        return _moe(cfg, experts, cfg.get_int(k), width, layers, shared, False)
+        bias = cfg.raw.get("topk_method") == "noaux_tc"  # V3: e_score_correction_bias
+        return _moe(cfg, experts, cfg.get_int(k), width, layers, shared, False, bias)
     if cfg.has("num_local_experts"):
         experts = cfg.get_int("num_local_experts")
         return _moe(cfg, experts, cfg.get_int(k), intermediate_size, num_layers, 0, False)
@@ -139,13 +141,33 @@ def moe_spec(cfg: ConfigReader, num_layers: int, intermediate_size: int) -> MoES
 
 
 def _moe(
-    cfg: ConfigReader, experts: int, k: int, width: int, layers: int, shared: int, gate: bool
+    cfg: ConfigReader,
+    experts: int,
+    k: int,
+    width: int,
+    layers: int,
+    shared: int,
+    gate: bool,
+    bias: bool = False,
 ) -> MoESpec | None:
     if not layers:
         return None
     if k > experts:
         raise ConfigError("num_experts_per_tok", k, f"must be <= the {experts} experts{cfg.where}")
     try:
-        return MoESpec(experts, k, width, layers, shared, gate)
+        return MoESpec(experts, k, width, layers, shared, gate, bias)
     except ConfigError as err:
         raise ConfigError(err.field, err.value, err.allowed + cfg.where) from None
+
+
+def mla_spec(cfg: ConfigReader) -> MLASpec | None:
+    """Multi-head latent attention when the config has ``kv_lora_rank`` (DeepSeek-V2/V3)."""
+    if not cfg.has("kv_lora_rank"):
+        return None
+    return MLASpec(
+        kv_lora_rank=cfg.get_int("kv_lora_rank"),
+        qk_nope_head_dim=cfg.get_int("qk_nope_head_dim"),
+        qk_rope_head_dim=cfg.get_int("qk_rope_head_dim", minimum=0),
+        v_head_dim=cfg.get_int("v_head_dim"),
+        q_lora_rank=cfg.get_int("q_lora_rank", 0, minimum=0),
+    )

@@ -3,7 +3,7 @@
 A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, experts, windows, ...);
 parameter counts, weight bytes and K/V bytes per token are derived from them, for the layouts we
 count (OPT and GPT-2; Llama and its kin: Mistral, Qwen, Gemma, Mixtral and other mixtures of
-experts). ``check_tensor_parallel`` is here because the heads decide which tensor parallel sizes
+experts; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is here because the heads decide which tensor parallel sizes
 split a model evenly. Hugging Face ``config.json`` reading is in ``hf_config.py``, GPUs in
 ``gpus.py``, KV sizing in ``capacity.py``.
 """
@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pagedkv.engine.mla import MLASpec
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_bool, check_choice, check_int
 
@@ -49,6 +50,8 @@ class MoESpec:
     moe_intermediate_size); 0: none."""
     shared_expert_gate: bool = False
     """Qwen2-MoE scales the shared expert by a sigmoid gate: one hidden -> 1 matrix."""
+    router_bias: bool = False
+    """DeepSeek-V3's router adds a learned bias per expert (e_score_correction_bias)."""
 
     def __post_init__(self) -> None:
         check_int("num_experts", self.num_experts, 1)
@@ -61,6 +64,7 @@ class MoESpec:
         check_int("num_moe_layers", self.num_moe_layers, 1)
         check_int("shared_intermediate_size", self.shared_intermediate_size, 0)
         check_bool("shared_expert_gate", self.shared_expert_gate)
+        check_bool("router_bias", self.router_bias)
 
     def mlp_params(self, hidden: int, *, active: bool) -> int:
         """One MoE layer's MLP: experts (all, or those a token uses), router, shared expert."""
@@ -68,7 +72,8 @@ class MoESpec:
         routed = experts * 3 * hidden * self.expert_intermediate_size
         shared = 3 * hidden * self.shared_intermediate_size
         gate = hidden if self.shared_expert_gate else 0
-        return routed + hidden * self.num_experts + shared + gate
+        router = (hidden + 1 if self.router_bias else hidden) * self.num_experts
+        return routed + router + shared + gate
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ class ModelSpec:
     """How many layers use ``sliding_window``; the others attend to the whole sequence."""
     moe: MoESpec | None = None
     """The mixture-of-experts MLP; None: every layer has the dense MLP."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention (``mla.py``) instead of q/k/v heads; None: standard."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """What the config reader assumed (an unknown model_type, an uncounted vision tower)."""
 
@@ -167,7 +174,9 @@ class ModelSpec:
 
     @property
     def attention_params(self) -> int:
-        """One layer's attention: q, k, v, o (+ their biases, + q/k norms)."""
+        """One layer's attention: q, k, v, o (+ their biases, + q/k norms), or MLA's."""
+        if self.mla is not None:
+            return self.mla.attention_params(self.hidden_size, self.num_heads)
         h, q, kv = (
             self.hidden_size,
             self.num_heads * self.head_dim,
@@ -250,10 +259,13 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers: 2 x layers x kv_heads x head_dim x kv dtype.
+        """K and V of one token over all layers: 2 x layers x kv_heads x head_dim x kv dtype
+        (MLA: layers x (kv_lora_rank + qk_rope_head_dim) x kv dtype).
 
         What a token costs while it is inside every layer's window (always, without windows).
         """
+        if self.mla is not None:
+            return self.num_layers * self.mla.cached_elements * self.kv_dtype
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype
 
     def kv_bytes_per_layer_per_gpu(self, tensor_parallel_size: int = 1) -> int:
@@ -264,7 +276,17 @@ class ModelSpec:
         one head's worth otherwise.
         """
         tp = check_tensor_parallel(self, tensor_parallel_size)
+        if self.mla is not None:  # one latent shared by the heads: every GPU holds it whole
+            return self.mla.cached_elements * self.kv_dtype
         return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.kv_dtype
+
+    @property
+    def attention_flops_per_pair_per_layer(self) -> int:
+        """FLOPs of one (token, attended position) pair in one layer: QK^T and AV over every
+        head, 2 FLOPs per multiply-add (4 x heads x head_dim), or MLA's (``mla.py``)."""
+        if self.mla is not None:
+            return self.mla.flops_per_pair(self.num_heads)
+        return 4 * self.num_heads * self.head_dim
 
     def kv_bytes_per_token_per_gpu(self, tensor_parallel_size: int = 1) -> int:
         """One GPU's share of a token's K/V over all layers (kv_bytes_per_token / tp when tp
