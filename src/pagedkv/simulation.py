@@ -55,7 +55,11 @@ class CostModelKind(enum.Enum):
 class HardwareConfig:
     """The model, the GPU, the KV memory carved out of it, and how iterations are timed."""
 
-    model: str = help_field("OPT-13B", "Model preset name, or a Hugging Face config.json path.")
+    model: str = help_field(
+        "OPT-13B",
+        "Model preset name, or a Hugging Face config.json (or its directory): Llama, Mistral, "
+        "Qwen, GPT-2, OPT, Gemma, Mixtral, DeepSeek and other decoders (docs/models.md).",
+    )
     gpu: str = help_field(
         "A100-40GB", "GPU preset name, or a GPU .yaml file of datasheet peaks (docs/models.md)."
     )

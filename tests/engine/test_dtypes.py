@@ -15,6 +15,7 @@ from pagedkv.engine.dtypes import KVCacheDType, ModelDType, serving_model
 from pagedkv.engine.gpus import GPUS, GiB
 from pagedkv.engine.models import MODELS, MoESpec
 from pagedkv.errors import ConfigError
+from pagedkv.memory.manager import KVCacheManager
 from pagedkv.simulation import SimulationConfig, build_engine
 
 OPT13 = MODELS["OPT-13B"]
@@ -70,6 +71,18 @@ def test_simulate_flags_reach_the_pool() -> None:
     assert blocks(dtype="float32", gpu="A100-80GB", kv_cache_dtype="fp8_e5m2") == (
         int(80 * GiB * 0.9) - 4 * 12_853_473_280 - 128 * 2**20
     ) // (16 * 409_600)
+
+
+def test_fp8_doubles_the_swap_pool() -> None:
+    def cpu_blocks(**flat: object) -> int:
+        engine = build_engine(SimulationConfig.from_flat({"workload": "lesson", **flat}))
+        kv = engine.scheduler.kv
+        assert isinstance(kv, KVCacheManager)
+        return kv.cpu.num_blocks
+
+    # vLLM's 4 GiB of swap space per GPU, in blocks of 16 tokens
+    assert cpu_blocks() == 4 * GiB // (16 * 819_200)
+    assert cpu_blocks(kv_cache_dtype="fp8") == 4 * GiB // (16 * 409_600)
 
 
 @pytest.mark.parametrize(("key", "value"), [("dtype", "int8"), ("kv_cache_dtype", "fp4")])

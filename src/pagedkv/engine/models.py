@@ -3,9 +3,9 @@
 A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, experts, windows, ...);
 parameter counts, weight bytes and K/V bytes per token are derived from them, for the layouts we
 count (OPT and GPT-2; Llama and its kin: Mistral, Qwen, Gemma, Mixtral and other mixtures of
-experts; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is here because the heads decide which tensor parallel sizes
-split a model evenly. Hugging Face ``config.json`` reading is in ``hf_config.py``, GPUs in
-``gpus.py``, KV sizing in ``capacity.py``.
+experts; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is here because the
+heads decide which tensor parallel sizes split a model evenly. Hugging Face ``config.json``
+reading is in ``hf_config.py``, GPUs in ``gpus.py``, KV sizing in ``capacity.py``.
 """
 
 from __future__ import annotations
