@@ -13,7 +13,8 @@ from pagedkv.engine.capacity import DEFAULT_ACTIVATION_RESERVE_BYTES, kv_capacit
 from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
 from pagedkv.engine.dtypes import KVCacheDType, ModelDType, serving_model
 from pagedkv.engine.gpus import GPUS, GiB
-from pagedkv.engine.models import MODELS, MoESpec
+from pagedkv.engine.models import MODELS
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.simulation import SimulationConfig, build_engine

@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedkv.engine.hf_config import FAMILIES, model_from_hf_config
-from pagedkv.engine.models import Architecture, ModelSpec, MoESpec, get_model
+from pagedkv.engine.models import Architecture, ModelSpec, get_model
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 
 

@@ -13,7 +13,8 @@ import pytest
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
 from pagedkv.engine.hf_config import model_from_hf_config
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec, MoESpec, get_model
+from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 
 NOMINAL = {

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pagedkv.engine.mla import MLASpec
-from pagedkv.engine.models import MoESpec
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_int
 

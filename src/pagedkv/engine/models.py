@@ -3,9 +3,10 @@
 A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, experts, windows, ...);
 parameter counts, weight bytes and K/V bytes per token are derived from them, for the layouts we
 count (OPT and GPT-2; Llama and its kin: Mistral, Qwen, Gemma, Mixtral and other mixtures of
-experts; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is here because the
-heads decide which tensor parallel sizes split a model evenly. Hugging Face ``config.json``
-reading is in ``hf_config.py``, GPUs in ``gpus.py``, KV sizing in ``capacity.py``.
+experts, ``moe.py``; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is
+here because the heads decide which tensor parallel sizes split a model evenly. Hugging Face
+``config.json`` reading is in ``hf_config.py``, GPUs in ``gpus.py``, KV sizing in
+``capacity.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagedkv.engine.mla import MLASpec
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 from pagedkv.validation import check_bool, check_choice, check_int
 
@@ -33,47 +35,6 @@ class Architecture(enum.Enum):
     same shapes), rotary positions (no parameters), grouped-query attention, lm head untied by
     default. Mistral, Qwen2/3, Gemma 1/2/3 and Mixtral are this with the variations of
     ``ModelSpec`` (biases, q/k norms, extra norms, windows, experts)."""
-
-
-@dataclass(frozen=True)
-class MoESpec:
-    """A mixture-of-experts MLP: a router picks ``experts_per_token`` of ``num_experts`` experts
-    (each a gated MLP of ``expert_intermediate_size``) for every token, on ``num_moe_layers``
-    layers (the others keep the dense MLP); an optional shared expert runs on every token."""
-
-    num_experts: int
-    experts_per_token: int
-    expert_intermediate_size: int
-    num_moe_layers: int
-    shared_intermediate_size: int = 0
-    """The always-active shared expert's width (Qwen2-MoE; DeepSeek's n_shared_experts x
-    moe_intermediate_size); 0: none."""
-    shared_expert_gate: bool = False
-    """Qwen2-MoE scales the shared expert by a sigmoid gate: one hidden -> 1 matrix."""
-    router_bias: bool = False
-    """DeepSeek-V3's router adds a learned bias per expert (e_score_correction_bias)."""
-
-    def __post_init__(self) -> None:
-        check_int("num_experts", self.num_experts, 1)
-        check_int("experts_per_token", self.experts_per_token, 1)
-        if self.experts_per_token > self.num_experts:
-            raise ConfigError(
-                "experts_per_token", self.experts_per_token, f"must be <= {self.num_experts}"
-            )
-        check_int("expert_intermediate_size", self.expert_intermediate_size, 1)
-        check_int("num_moe_layers", self.num_moe_layers, 1)
-        check_int("shared_intermediate_size", self.shared_intermediate_size, 0)
-        check_bool("shared_expert_gate", self.shared_expert_gate)
-        check_bool("router_bias", self.router_bias)
-
-    def mlp_params(self, hidden: int, *, active: bool) -> int:
-        """One MoE layer's MLP: experts (all, or those a token uses), router, shared expert."""
-        experts = self.experts_per_token if active else self.num_experts
-        routed = experts * 3 * hidden * self.expert_intermediate_size
-        shared = 3 * hidden * self.shared_intermediate_size
-        gate = hidden if self.shared_expert_gate else 0
-        router = (hidden + 1 if self.router_bias else hidden) * self.num_experts
-        return routed + router + shared + gate
 
 
 @dataclass(frozen=True)
