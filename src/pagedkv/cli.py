@@ -229,6 +229,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     config = _load_config(args)
     if args.json:
         check_output_file("--json", args.json)
+    from pagedkv.engine.models import get_model
+
+    for note in get_model(config.hardware.model).notes:  # what a config.json reader assumed
+        print(f"pagedkv: note: {note}", file=sys.stderr)
     bar = _ProgressBar(enabled=not args.quiet)
     try:
         result = simulate(config, progress=bar)

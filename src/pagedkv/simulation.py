@@ -20,6 +20,7 @@ import yaml
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
+from pagedkv.engine.dtypes import KVCacheDType, ModelDType, serving_model
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.gpus import GiB, get_gpu
@@ -33,6 +34,7 @@ from pagedkv.engine.pinned_prefixes import (
     register_workload_prefixes,
 )
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.sliding import WindowedExecutor, needs_window_pricing
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.interface import KVAllocator
@@ -53,8 +55,24 @@ class CostModelKind(enum.Enum):
 class HardwareConfig:
     """The model, the GPU, the KV memory carved out of it, and how iterations are timed."""
 
-    model: str = help_field("OPT-13B", "Model preset name, or a Hugging Face config.json path.")
-    gpu: str = help_field("A100-40GB", "GPU preset name.")
+    model: str = help_field(
+        "OPT-13B",
+        "Model preset name, or a Hugging Face config.json (or its directory): Llama, Mistral, "
+        "Qwen, GPT-2, OPT, Gemma, Mixtral, DeepSeek and other decoders (docs/models.md).",
+    )
+    gpu: str = help_field(
+        "A100-40GB", "GPU preset name, or a GPU .yaml file of datasheet peaks (docs/models.md)."
+    )
+    dtype: ModelDType = help_field(
+        ModelDType.AUTO,
+        "Weights' data type, vLLM's --dtype: 'auto' (the checkpoint's 16-bit type; float16 for "
+        "a float32 one), 'half'/'float16', 'bfloat16' (2 bytes), 'float'/'float32' (4 bytes).",
+    )
+    kv_cache_dtype: KVCacheDType = help_field(
+        KVCacheDType.AUTO,
+        "K/V cache data type, vLLM's --kv-cache-dtype: 'auto' (the model's dtype) or "
+        "'fp8'/'fp8_e4m3'/'fp8_e5m2' (1 byte: half the K/V bytes per token of 16 bits).",
+    )
     tensor_parallel_size: int = help_field(1, "GPUs the model is split over (>= 1).")
     gpu_memory_utilization: float = help_field(
         0.9, "Fraction of GPU memory for weights, activations and the KV cache, in (0, 1)."
@@ -84,6 +102,12 @@ class HardwareConfig:
     def __post_init__(self) -> None:
         get_model(self.model)
         get_gpu(self.gpu)
+        object.__setattr__(self, "dtype", check_choice("dtype", self.dtype, ModelDType))
+        object.__setattr__(
+            self,
+            "kv_cache_dtype",
+            check_choice("kv_cache_dtype", self.kv_cache_dtype, KVCacheDType),
+        )
         check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
         if self.num_gpu_blocks is not None:
@@ -237,7 +261,8 @@ class SimulationResult:
 
 def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> Engine:
     hw, sched = config.hardware, config.scheduler
-    model, gpu = get_model(hw.model), get_gpu(hw.gpu)
+    model = serving_model(get_model(hw.model), hw.dtype, hw.kv_cache_dtype)
+    gpu = get_gpu(hw.gpu)
     tp = hw.tensor_parallel_size
     if hw.num_gpu_blocks is not None:
         num_blocks = hw.num_gpu_blocks
@@ -269,12 +294,18 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
     else:
         cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
     specs = make_workload(config.workload)
+    executor = SimExecutor(cost)
+    windowed = False
+    if isinstance(cost, RooflineCost) and needs_window_pricing(model, sched.max_model_len):
+        assert model.sliding_window is not None  # steps priced with the window: not linear,
+        executor = WindowedExecutor(cost, model.sliding_window)  # so no fast-forward
+        windowed = True
     engine = Engine(
         policy(sched, kv),
-        SimExecutor(cost),
+        executor,
         specs,
         check_integrity=check_integrity,
-        reference=config.reference,
+        reference=config.reference or windowed,
         trace_steps=config.trace_steps,
     )
     if hw.enable_pinned_prefixes:  # explicit sharing: pin the prefixes, prefill them at t = 0

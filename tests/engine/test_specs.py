@@ -12,7 +12,9 @@ import pytest
 
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model, model_from_hf_config
+from pagedkv.engine.hf_config import model_from_hf_config
+from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 
 NOMINAL = {
@@ -198,7 +200,8 @@ def test_config_json_optional_keys(tmp_path: Path) -> None:
         ({"intermediate_size": 0}, "intermediate_size"),
         ({"num_key_value_heads": 5}, "num_key_value_heads"),
         ({"num_attention_heads": 3}, "num_attention_heads"),
-        ({"model_type": "gpt2"}, "model_type"),
+        ({"vocab_size": None}, "vocab_size"),
+        ({"model_type": None}, "model_type"),
         ({"torch_dtype": "int3"}, "torch_dtype"),
         ({"max_position_embeddings": True}, "max_position_embeddings"),
     ],
@@ -246,7 +249,15 @@ def test_lookup_by_name() -> None:
         ({"num_layers": 0}, "num_layers"),
         ({"num_kv_heads": 3}, "num_kv_heads"),
         ({"dtype_bytes": 3}, "dtype_bytes"),
-        ({"architecture": "gpt2"}, "architecture"),
+        ({"architecture": "bert"}, "architecture"),
+        ({"kv_dtype_bytes": 3}, "kv_dtype_bytes"),
+        ({"norms_per_layer": 0}, "norms_per_layer"),
+        ({"qk_norm": 1}, "qk_norm"),
+        ({"sliding_window": 4096}, "num_sliding_layers"),
+        ({"num_sliding_layers": 2}, "sliding_window"),
+        ({"sliding_window": 0, "num_sliding_layers": 2}, "sliding_window"),
+        ({"sliding_window": 64, "num_sliding_layers": 33}, "num_sliding_layers"),
+        ({"moe": MoESpec(8, 2, 128, 33)}, "num_moe_layers"),
     ],
 )
 def test_model_spec_rejects(kwargs: dict[str, Any], field: str) -> None:
@@ -266,6 +277,66 @@ def test_gpu_spec_rejects() -> None:
 
 
 def test_gpu_presets() -> None:
-    assert set(GPUS) == {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L4", "RTX-2070"}
+    kept = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L4", "RTX-2070"}
+    assert set(GPUS) == kept | {"H100-PCIe", "L40S", "A10", "MI300X"}  # test_gpus.py
     assert GPUS["A100-40GB"].memory_bytes == 40 * GiB
     assert all(g.bf16_flops > g.mem_bandwidth for g in GPUS.values())
+
+
+MISTRAL_V01 = dataclasses.replace(  # mistralai/Mistral-7B-v0.1: a 4096-token window, every layer
+    MODELS["Mistral-7B"], sliding_window=4096, num_sliding_layers=32
+)
+
+
+def test_max_concurrency_counts_the_window_by_hand() -> None:
+    kv_bytes = int(80 * GiB * 0.9) - 2 * 7_241_732_096 - 128 * 2**20
+    assert kv_bytes == 62_691_729_408
+    layer_block = 16 * (2 * 8 * 128 * 2)  # 16 tokens of one layer's K and V: 65,536 bytes
+    plain = kv_capacity(GPUS["A100-80GB"], MODELS["Mistral-7B"])
+    windowed = kv_capacity(GPUS["A100-80GB"], MISTRAL_V01)
+    # 16,384 tokens: every layer holds 1,024 blocks without the window ...
+    assert plain.layer_blocks_per_request(16_384) == 32 * 1024
+    assert plain.max_concurrency(16_384) == kv_bytes // (layer_block * 32 * 1024) == 29
+    # ... and at most ceil(4095 / 16) + 1 = 257 blocks with it
+    assert windowed.layer_blocks_per_request(16_384) == 32 * 257
+    assert windowed.max_concurrency(16_384) == kv_bytes // (layer_block * 32 * 257) == 116
+    # shorter than the window: the same either way; the pool itself is the same
+    assert windowed.max_concurrency(2000) == plain.max_concurrency(2000)
+    assert windowed.num_gpu_blocks == plain.num_gpu_blocks
+
+
+def test_max_concurrency_mixed_layers() -> None:
+    half = dataclasses.replace(MISTRAL_V01, num_sliding_layers=16)
+    cap = kv_capacity(GPUS["A100-80GB"], half, block_size=32)
+    # 10,000 tokens in blocks of 32: 313 per full layer, min(313, ceil(4095 / 32) + 1 = 129)
+    assert cap.layer_blocks_per_request(10_000) == 16 * 313 + 16 * 129
+
+
+@pytest.mark.parametrize("name", sorted(NOMINAL))
+@pytest.mark.parametrize("tokens", [1, 15, 16, 17, 2048, 4097])
+def test_max_concurrency_without_a_window_is_whole_requests_of_blocks(
+    name: str, tokens: int
+) -> None:
+    gpu = GPUS["H200"]
+    tp = 8 if name == "OPT-175B" else 2
+    cap = kv_capacity(gpu, MODELS[name], tensor_parallel_size=tp)
+    assert cap.max_concurrency(tokens) == cap.num_gpu_blocks // -(-tokens // 16)
+
+
+_MOE = MoESpec(num_experts=8, experts_per_token=2, expert_intermediate_size=1, num_moe_layers=1)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"num_experts": 0, "experts_per_token": 0}, "num_experts"),
+        ({"experts_per_token": 9}, "experts_per_token"),
+        ({"expert_intermediate_size": 0}, "expert_intermediate_size"),
+        ({"num_moe_layers": 0}, "num_moe_layers"),
+        ({"shared_intermediate_size": -1}, "shared_intermediate_size"),
+    ],
+)
+def test_moe_spec_rejects(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(_MOE, **change)
+    assert info.value.field == field

@@ -37,11 +37,37 @@ class KVCapacity:
     kv_bytes_per_token_per_gpu: int
     weight_bytes_per_gpu: int
     tensor_parallel_size: int
+    num_layers: int = 1
+    num_sliding_layers: int = 0
+    sliding_window: int | None = None
+    """The model's window (see ``ModelSpec``): ``max_concurrency`` counts it."""
 
     @property
     def token_slots(self) -> int:
         """C = num_gpu_blocks x block_size (the same on every GPU: each holds a token's share)."""
         return self.num_gpu_blocks * self.block_size
+
+    def layer_blocks_per_request(self, tokens: int) -> int:
+        """Blocks of one layer a request of ``tokens`` tokens holds, summed over the layers.
+
+        A full-attention layer holds ceil(T / block_size); a sliding-window layer at most the
+        blocks its last W tokens span, ceil((W - 1) / block_size) + 1 (the window's first
+        token may sit anywhere in its block), as vLLM's hybrid allocator frees the others.
+        """
+        blocks = math.ceil(check_int("tokens", tokens, 1) / self.block_size)
+        full = self.num_layers - self.num_sliding_layers
+        if self.sliding_window is None:
+            return full * blocks
+        window = math.ceil((self.sliding_window - 1) / self.block_size) + 1
+        return full * blocks + self.num_sliding_layers * min(blocks, window)
+
+    def max_concurrency(self, tokens: int) -> int:
+        """Requests of ``tokens`` tokens whose K/V fit at once (vLLM's "maximum concurrency"):
+        K/V memory // (one layer's block x ``layer_blocks_per_request``). Without a window
+        this is num_gpu_blocks // ceil(T / block_size); with one, long requests fit more often,
+        which the simulated block pool does not model (docs/models.md)."""
+        layer_block = self.block_bytes_per_gpu // self.num_layers
+        return self.kv_bytes_per_gpu // (layer_block * self.layer_blocks_per_request(tokens))
 
 
 def kv_capacity(
@@ -87,6 +113,9 @@ def kv_capacity(
         kv_bytes_per_token_per_gpu=per_token,
         weight_bytes_per_gpu=weights,
         tensor_parallel_size=tp,
+        num_layers=model.num_layers,
+        num_sliding_layers=model.num_sliding_layers,
+        sliding_window=model.sliding_window,
     )
 
 

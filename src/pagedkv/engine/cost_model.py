@@ -170,14 +170,21 @@ class RooflineCost:
 
     Per step, on one GPU (everything divided by tp, as heads and weight matrices are split):
 
-    * FLOPs = 2 x non-embedding params x num_tokens (every token through every matrix)
+    * FLOPs = 2 x active non-embedding params x num_tokens (every token through every matrix;
+      of a mixture of experts only the experts it is routed to)
       + 2 x vocab x hidden x num_seqs (the lm head on each sequence's last position; vLLM
       computes these logits even for a partial prefill chunk)
-      + 4 x layers x heads x head_dim x attn_pairs (QK^T and AV, 2 FLOPs per multiply-add);
+      + 4 x layers x heads x head_dim x attn_pairs (QK^T and AV, 2 FLOPs per multiply-add;
+      multi-head latent attention: ``MLASpec.flops_per_pair``);
     * bytes = weights streamed once (non-embedding params + lm head; the embedding table is only
-      gathered) + K/V per token per GPU x (kv_read_tokens + num_tokens written);
+      gathered; every expert, as a batch of a few tokens already routes to most of them)
+      + K/V per token per GPU x (kv_read_tokens + num_tokens written), in the KV cache dtype;
     * with tp > 1: two ring all-reduces of num_tokens x hidden per layer, each moving
       2 (tp-1)/tp of its bytes over the GPU link, plus a fixed latency, not overlapped.
+
+    Sliding-window layers attend to at most their window: ``windowed_step_time`` takes their
+    counts apart (``sliding.py``); ``step_time`` prices them as full layers, exact while no
+    sequence is longer than the window.
 
     An empty shape still pays the weights and the overhead; the engine never runs one.
     """
@@ -194,11 +201,11 @@ class RooflineCost:
         self.config = cfg = RooflineConfig() if config is None else config
         flop_s = gpu.bf16_flops * cfg.compute_efficiency * tp
         byte_s = gpu.mem_bandwidth * cfg.memory_efficiency
-        attn_flops = 4 * model.num_layers * model.num_heads * model.head_dim
+        attn_flops = model.num_layers * model.attention_flops_per_pair_per_layer
         self._compute = _Linear(
             0.0,
             (
-                2 * model.non_embedding_params / flop_s,
+                2 * model.active_non_embedding_params / flop_s,
                 2 * model.lm_head_params / flop_s,
                 attn_flops / flop_s,
                 0.0,
@@ -207,6 +214,9 @@ class RooflineCost:
         weights = (model.non_embedding_params + model.lm_head_params) * model.dtype_bytes / tp
         kv = model.kv_bytes_per_token_per_gpu(tp)
         self._memory = _Linear(weights / byte_s, (kv / byte_s, 0.0, 0.0, kv / byte_s))
+        sliding = model.num_sliding_layers  # their share of the attention and K/V read terms
+        self._sliding_attn = sliding * model.attention_flops_per_pair_per_layer / flop_s
+        self._sliding_read = sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s
         allreduces = 2 * model.num_layers if tp > 1 else 0
         ring_bytes = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes
         link = gpu.peer_bandwidth * cfg.interconnect_efficiency
@@ -236,6 +246,15 @@ class RooflineCost:
 
     def step_time(self, shape: BatchShape) -> float:
         return max(self._compute.at(shape), self._memory.at(shape)) + self._extra.at(shape)
+
+    def windowed_step_time(self, shape: BatchShape, windowed: BatchShape) -> float:
+        """``step_time`` with the sliding-window layers' attention pairs and K/V reads taken
+        from ``windowed`` (the counts clipped at the window) instead of ``shape``."""
+        compute = self._compute.at(shape)
+        compute -= self._sliding_attn * (shape.attn_pairs - windowed.attn_pairs)
+        memory = self._memory.at(shape)
+        memory -= self._sliding_read * (shape.kv_read_tokens - windowed.kv_read_tokens)
+        return max(compute, memory) + self._extra.at(shape)
 
     def swap_time(self, num_blocks: int) -> float:
         """Blocks x (a block's bytes on one GPU / effective PCIe + per-block overhead).

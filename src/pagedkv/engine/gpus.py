@@ -80,13 +80,32 @@ GPUS: dict[str, GPUSpec] = {
         # FP32 accumulate (29.9 TFLOPS, half the FP16-accumulate rate on GeForce), as cuBLAS
         # accumulates 16-bit GEMMs in FP32.
         GPUSpec("RTX-2070", 8 * GiB, 29.9e12, 448e9, 15.75e9),
+        # NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100), PCIe column: 80 GB HBM2e
+        # at 2 TB/s, 756 TFLOPS BF16 dense (1,513 with sparsity), PCIe 5.0 x16, NVLink bridge
+        # 600 GB/s both ways.
+        GPUSpec("H100-PCIe", 80 * GiB, 756e12, 2.0e12, _PCIE5, 300e9),
+        # NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): 48 GB GDDR6 at 864 GB/s,
+        # 362.05 TFLOPS BF16 dense (733 sparse), PCIe 4.0 x16 (64 GB/s both ways), no NVLink.
+        GPUSpec("L40S", 48 * GiB, 362.05e12, 864e9, _PCIE4),
+        # NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu): 24 GB GDDR6 at
+        # 600 GB/s, 125 TFLOPS BF16 dense (250 sparse), PCIe 4.0 x16, no NVLink.
+        GPUSpec("A10", 24 * GiB, 125e12, 600e9, _PCIE4),
+        # AMD Instinct MI300X datasheet (amd.com/en/products/accelerators/instinct/mi300/mi300x):
+        # 192 GB HBM3 at 5.3 TB/s, 1,307.4 TFLOPS BF16 dense (2,614.9 sparse), PCIe 5.0 x16;
+        # Infinity Fabric: 7 links x 128 GB/s both ways to the other 7 GPUs of a platform
+        # = 896 GB/s, 448 GB/s each way.
+        GPUSpec("MI300X", 192 * GiB, 1307.4e12, 5.3e12, _PCIE5, 448e9),
     )
 }
 
 
 def get_gpu(name: str) -> GPUSpec:
-    """A preset GPU by name, case-insensitive."""
+    """A preset GPU by name (case-insensitive), or a GPU YAML file (``gpu_file.py``)."""
     for key, gpu in GPUS.items():
         if key.lower() == str(name).lower():
             return gpu
-    raise ConfigError("gpu", name, "must be one of " + ", ".join(GPUS))
+    if str(name).endswith((".yaml", ".yml")):
+        from pagedkv.engine.gpu_file import gpu_from_yaml
+
+        return gpu_from_yaml(name)
+    raise ConfigError("gpu", name, "must be one of " + ", ".join(GPUS) + ", or a GPU .yaml file")

@@ -1,32 +1,40 @@
-"""Model presets and Hugging Face ``config.json`` reading: a decoder's shapes, and what follows.
+"""Model presets: a decoder's shapes, and what follows from them.
 
-A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, ...); parameter counts,
-weight bytes and K/V bytes per token are derived from them, for the two layouts we count (OPT,
-and Llama / Mistral). ``check_tensor_parallel`` is here because the heads decide which tensor
-parallel sizes split a model evenly. GPUs are in ``gpus.py``, KV sizing in ``capacity.py``.
+A ``ModelSpec`` holds the shapes (layers, hidden size, heads, KV heads, experts, windows, ...);
+parameter counts, weight bytes and K/V bytes per token are derived from them, for the layouts we
+count (OPT and GPT-2; Llama and its kin: Mistral, Qwen, Gemma, Mixtral and other mixtures of
+experts, ``moe.py``; DeepSeek's latent attention, ``mla.py``). ``check_tensor_parallel`` is
+here because the heads decide which tensor parallel sizes split a model evenly. Hugging Face
+``config.json`` reading is in ``hf_config.py``, GPUs in ``gpus.py``, KV sizing in
+``capacity.py``.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from pagedkv.engine.mla import MLASpec
+from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_choice, check_int
+from pagedkv.validation import check_bool, check_choice, check_int
 
 
 class Architecture(enum.Enum):
-    """The decoder families whose parameter layout we count."""
+    """The parameter layouts we count."""
 
     OPT = "opt"
     """LayerNorm (weight + bias), biases everywhere, ReLU MLP of 2 matrices, learned positions
     (max_position_embeddings + 2 rows: OPT offsets positions by 2), lm head tied by default."""
+    GPT2 = "gpt2"
+    """OPT's layout (fused q/k/v with biases, GELU MLP of 2 matrices with biases, LayerNorms),
+    learned positions without an offset (n_positions rows), lm head tied."""
     LLAMA = "llama"
-    """RMSNorm (weight only), no biases, SwiGLU MLP of 3 matrices, rotary positions (no
-    parameters), grouped-query attention, lm head untied by default. Mistral is the same."""
+    """RMSNorm (weight only), no biases, gated MLP of 3 matrices (SwiGLU; Gemma's GeGLU has the
+    same shapes), rotary positions (no parameters), grouped-query attention, lm head untied by
+    default. Mistral, Qwen2/3, Gemma 1/2/3 and Mixtral are this with the variations of
+    ``ModelSpec`` (biases, q/k norms, extra norms, windows, experts)."""
 
 
 @dataclass(frozen=True)
@@ -41,55 +49,142 @@ class ModelSpec:
     num_kv_heads: int
     head_dim: int
     intermediate_size: int
+    """The dense MLP's width (OPT's ffn_dim, GPT-2's n_inner)."""
     vocab_size: int
     max_model_len: int
     dtype_bytes: int = 2
+    """Bytes per weight (and per activation)."""
     tie_word_embeddings: bool | None = None
     """Whether the lm head reuses the token embedding; None: as the architecture has it."""
+    kv_dtype_bytes: int | None = None
+    """Bytes per cached K or V element (1 for an fp8 KV cache); None: dtype_bytes."""
+    qkv_bias: bool = False
+    """Biases on q, k and v (Qwen2; Llama's attention_bias). OPT and GPT-2 always have them."""
+    o_bias: bool = False
+    """A bias on the attention output (Llama's attention_bias)."""
+    qk_norm: bool = False
+    """RMSNorm of head_dim on queries and keys in every layer (Qwen3, Gemma 3)."""
+    norms_per_layer: int = 2
+    """RMSNorms per layer: 2 (before attention and MLP), 4 in Gemma 2/3 (and after each)."""
+    sliding_window: int | None = None
+    """Tokens a sliding-window layer attends to (itself included); None: no window."""
+    num_sliding_layers: int = 0
+    """How many layers use ``sliding_window``; the others attend to the whole sequence."""
+    moe: MoESpec | None = None
+    """The mixture-of-experts MLP; None: every layer has the dense MLP."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention (``mla.py``) instead of q/k/v heads; None: standard."""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """What the config reader assumed (an unknown model_type, an uncounted vision tower)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "architecture", check_choice("architecture", self.architecture, Architecture)
         )
-        for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim"):
-            check_int(field, getattr(self, field), 1)
-        for field in ("intermediate_size", "vocab_size", "max_model_len"):
-            check_int(field, getattr(self, field), 1)
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("intermediate_size", "vocab_size", "max_model_len", "norms_per_layer"):
+            check_int(name, getattr(self, name), 1)
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 "num_kv_heads", self.num_kv_heads, f"must divide num_heads ({self.num_heads})"
             )
-        if self.dtype_bytes not in (1, 2, 4) or isinstance(self.dtype_bytes, bool):
-            raise ConfigError("dtype_bytes", self.dtype_bytes, "must be 1, 2 or 4")
+        for name in ("dtype_bytes", "kv_dtype_bytes"):
+            value = getattr(self, name)
+            if value is not None and (value not in (1, 2, 4) or isinstance(value, bool)):
+                raise ConfigError(name, value, "must be 1, 2 or 4")
+        if self.dtype_bytes is None:
+            raise ConfigError("dtype_bytes", None, "must be 1, 2 or 4")
+        for name in ("qkv_bias", "o_bias", "qk_norm"):
+            check_bool(name, getattr(self, name))
+        check_int("num_sliding_layers", self.num_sliding_layers, 0)
+        if self.num_sliding_layers > self.num_layers:
+            raise ConfigError(
+                "num_sliding_layers", self.num_sliding_layers, f"must be <= {self.num_layers}"
+            )
+        if self.sliding_window is None:
+            if self.num_sliding_layers:
+                raise ConfigError("sliding_window", None, "must be set for num_sliding_layers")
+        else:
+            check_int("sliding_window", self.sliding_window, 1)
+            if not self.num_sliding_layers:
+                raise ConfigError("num_sliding_layers", 0, "must be >= 1 with a sliding_window")
+        if self.moe is not None and self.moe.num_moe_layers > self.num_layers:
+            raise ConfigError(
+                "num_moe_layers", self.moe.num_moe_layers, f"must be <= {self.num_layers}"
+            )
 
     @property
     def is_opt(self) -> bool:
         return self.architecture is Architecture.OPT
 
     @property
-    def tied(self) -> bool:
-        """The lm head is the token embedding matrix (counted once in num_params)."""
-        return self.is_opt if self.tie_word_embeddings is None else self.tie_word_embeddings
+    def layer_norm(self) -> bool:
+        """OPT and GPT-2: LayerNorms with biases, biases on every matrix, a 2-matrix MLP."""
+        return self.architecture is not Architecture.LLAMA
 
     @property
-    def layer_params(self) -> int:
-        """Parameters of one decoder layer: attention (q, k, v, o), MLP, norms."""
-        h, q, kv, ffn = (
+    def tied(self) -> bool:
+        """The lm head is the token embedding matrix (counted once in num_params)."""
+        return self.layer_norm if self.tie_word_embeddings is None else self.tie_word_embeddings
+
+    @property
+    def kv_dtype(self) -> int:
+        """Bytes per cached K or V element."""
+        return self.dtype_bytes if self.kv_dtype_bytes is None else self.kv_dtype_bytes
+
+    @property
+    def attention_params(self) -> int:
+        """One layer's attention: q, k, v, o (+ their biases, + q/k norms), or MLA's."""
+        if self.mla is not None:
+            return self.mla.attention_params(self.hidden_size, self.num_heads)
+        h, q, kv = (
             self.hidden_size,
             self.num_heads * self.head_dim,
             self.num_kv_heads * self.head_dim,
-            self.intermediate_size,
         )
-        attn = h * q + 2 * h * kv + q * h
-        if self.is_opt:  # biases on q, k, v, o and both MLP matrices; 2 LayerNorms (w + b)
-            return attn + q + 2 * kv + h + 2 * h * ffn + ffn + h + 2 * 2 * h
-        return attn + 3 * h * ffn + 2 * h  # gate, up, down; 2 RMSNorms (w only)
+        weights = h * q + 2 * h * kv + q * h
+        if self.layer_norm:
+            return weights + q + 2 * kv + h
+        biases = (q + 2 * kv if self.qkv_bias else 0) + (h if self.o_bias else 0)
+        return weights + biases + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """One dense MLP: 2 matrices with biases (OPT, GPT-2) or 3 without (gated)."""
+        h, ffn = self.hidden_size, self.intermediate_size
+        return 2 * h * ffn + ffn + h if self.layer_norm else 3 * h * ffn
+
+    @property
+    def layer_norm_params(self) -> int:
+        """One layer's norms: 2 LayerNorms (weight + bias), or norms_per_layer RMSNorms."""
+        h = self.hidden_size
+        return 2 * 2 * h if self.layer_norm else self.norms_per_layer * h
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one dense decoder layer: attention (q, k, v, o), MLP, norms."""
+        return self.attention_params + self.dense_mlp_params + self.layer_norm_params
+
+    def _layers(self, *, active: bool) -> int:
+        if self.moe is None:
+            return self.num_layers * self.layer_params
+        moe_layers = self.moe.num_moe_layers
+        dense = (self.num_layers - moe_layers) * self.layer_params
+        shared = self.attention_params + self.layer_norm_params
+        return dense + moe_layers * (shared + self.moe.mlp_params(self.hidden_size, active=active))
 
     @property
     def non_embedding_params(self) -> int:
-        """All layers plus the final norm: the weights every token goes through."""
-        final_norm = 2 * self.hidden_size if self.is_opt else self.hidden_size
-        return self.num_layers * self.layer_params + final_norm
+        """All layers (every expert) plus the final norm: the weights that take memory."""
+        final_norm = 2 * self.hidden_size if self.layer_norm else self.hidden_size
+        return self._layers(active=False) + final_norm
+
+    @property
+    def active_non_embedding_params(self) -> int:
+        """The layer weights one token goes through (only its experts): what prices FLOPs."""
+        final_norm = 2 * self.hidden_size if self.layer_norm else self.hidden_size
+        return self._layers(active=True) + final_norm
 
     @property
     def lm_head_params(self) -> int:
@@ -98,8 +193,9 @@ class ModelSpec:
 
     @property
     def embedding_params(self) -> int:
-        """Token embeddings, plus OPT's learned positions (max_position_embeddings + 2 rows)."""
-        positions = (self.max_model_len + 2) * self.hidden_size if self.is_opt else 0
+        """Token embeddings, plus learned positions (OPT: max_position_embeddings + 2 rows)."""
+        rows = {Architecture.OPT: self.max_model_len + 2, Architecture.GPT2: self.max_model_len}
+        positions = rows.get(self.architecture, 0) * self.hidden_size
         return self.vocab_size * self.hidden_size + positions
 
     @property
@@ -109,24 +205,63 @@ class ModelSpec:
         return self.embedding_params + self.non_embedding_params + head
 
     @property
+    def num_active_params(self) -> int:
+        """num_params with only the experts one token uses (= num_params for a dense model)."""
+        return self.num_params - self.non_embedding_params + self.active_non_embedding_params
+
+    @property
     def weight_bytes(self) -> int:
         return self.num_params * self.dtype_bytes
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers: 2 x layers x kv_heads x head_dim x dtype."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+    def num_full_layers(self) -> int:
+        """Layers that attend to (and keep the K/V of) the whole sequence."""
+        return self.num_layers - self.num_sliding_layers
 
-    def kv_bytes_per_token_per_gpu(self, tensor_parallel_size: int = 1) -> int:
-        """One GPU's share of a token's K/V under tensor parallelism.
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token over all layers: 2 x layers x kv_heads x head_dim x kv dtype
+        (MLA: layers x (kv_lora_rank + qk_rope_head_dim) x kv dtype).
+
+        What a token costs while it is inside every layer's window (always, without windows).
+        """
+        if self.mla is not None:
+            return self.num_layers * self.mla.cached_elements * self.kv_dtype
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype
+
+    def kv_bytes_per_layer_per_gpu(self, tensor_parallel_size: int = 1) -> int:
+        """One token's K/V in one layer on one GPU under tensor parallelism.
 
         Heads are split across GPUs; with fewer KV heads than GPUs each GPU keeps a replica of
-        one KV head (as vLLM does), so the share is kv_bytes_per_token / tp when tp divides
-        num_kv_heads, and one head's worth otherwise.
+        one KV head (as vLLM does), so the share is 1 / tp when tp divides num_kv_heads, and
+        one head's worth otherwise.
         """
         tp = check_tensor_parallel(self, tensor_parallel_size)
-        kv_heads = max(1, self.num_kv_heads // tp)
-        return 2 * self.num_layers * kv_heads * self.head_dim * self.dtype_bytes
+        if self.mla is not None:  # one latent shared by the heads: every GPU holds it whole
+            return self.mla.cached_elements * self.kv_dtype
+        return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.kv_dtype
+
+    @property
+    def attention_flops_per_pair_per_layer(self) -> int:
+        """FLOPs of one (token, attended position) pair in one layer: QK^T and AV over every
+        head, 2 FLOPs per multiply-add (4 x heads x head_dim), or MLA's (``mla.py``)."""
+        if self.mla is not None:
+            return self.mla.flops_per_pair(self.num_heads)
+        return 4 * self.num_heads * self.head_dim
+
+    def kv_bytes_per_token_per_gpu(self, tensor_parallel_size: int = 1) -> int:
+        """One GPU's share of a token's K/V over all layers (kv_bytes_per_token / tp when tp
+        divides num_kv_heads; see ``kv_bytes_per_layer_per_gpu``)."""
+        return self.num_layers * self.kv_bytes_per_layer_per_gpu(tensor_parallel_size)
+
+    def sequence_kv_bytes_per_gpu(self, tokens: int, tensor_parallel_size: int = 1) -> int:
+        """K/V a sequence of ``tokens`` needs on one GPU: full layers keep every token,
+        sliding-window layers at most the last ``sliding_window`` (Mistral-style windows)."""
+        check_int("tokens", tokens, 0)
+        kept = self.num_full_layers * tokens
+        if self.sliding_window is not None:
+            kept += self.num_sliding_layers * min(tokens, self.sliding_window)
+        return kept * self.kv_bytes_per_layer_per_gpu(tensor_parallel_size)
 
 
 def check_tensor_parallel(model: ModelSpec, tensor_parallel_size: object) -> int:
@@ -193,81 +328,6 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
-_DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
-_MODEL_TYPES = {"opt": Architecture.OPT, "llama": Architecture.LLAMA, "mistral": Architecture.LLAMA}
-
-
-def model_from_hf_config(path: str | Path) -> ModelSpec:
-    """Read a Hugging Face ``config.json`` (or a directory holding one) into a ModelSpec.
-
-    ``model_type`` picks the layout ('opt', or 'llama' / 'mistral'). A missing or bad key raises
-    ConfigError whose field is the key and whose message names the file. A missing
-    ``torch_dtype`` (``dtype`` in newer files) means 16 bits, what vLLM serves by default.
-    """
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    try:
-        raw = json.loads(file.read_text())
-    except OSError as err:
-        raise ConfigError("model", str(path), f"must be a readable config.json ({err})") from err
-    except json.JSONDecodeError as err:
-        raise ConfigError("model", str(file), f"must be valid JSON ({err})") from err
-    if not isinstance(raw, dict):
-        raise ConfigError("model", str(file), "must hold a JSON object")
-    where = f" (in {file})"
-
-    def get(key: str, default: Any = None) -> Any:
-        value = raw.get(key)
-        value = default if value is None else value  # absent or null: the default
-        if value is None:
-            raise ConfigError(key, None, f"is missing{where}")
-        return value
-
-    def get_int(key: str, default: int | None = None) -> int:
-        value = get(key, default)
-        try:
-            return check_int(key, value, 1)
-        except ConfigError as err:
-            raise ConfigError(key, value, err.allowed + where) from None
-
-    model_type = get("model_type")
-    if model_type not in _MODEL_TYPES:
-        raise ConfigError("model_type", model_type, f"must be one of {sorted(_MODEL_TYPES)}{where}")
-    arch = _MODEL_TYPES[model_type]
-    dtype_key = "torch_dtype" if "torch_dtype" in raw else "dtype"
-    dtype = raw.get(dtype_key) or "float16"
-    if dtype not in _DTYPE_BYTES:
-        raise ConfigError(dtype_key, dtype, f"must be one of {sorted(_DTYPE_BYTES)}{where}")
-    hidden, heads = get_int("hidden_size"), get_int("num_attention_heads")
-    if arch is Architecture.OPT:
-        kv_heads, ffn, head_dim = heads, get_int("ffn_dim"), 0
-    else:
-        kv_heads, ffn = get_int("num_key_value_heads", heads), get_int("intermediate_size")
-        head_dim = raw.get("head_dim") or 0  # optional; null in some files
-    if not head_dim and hidden % heads:
-        raise ConfigError("num_attention_heads", heads, f"must divide hidden_size{where}")
-    if heads % kv_heads:
-        raise ConfigError("num_key_value_heads", kv_heads, f"must divide {heads} heads{where}")
-    tied = raw.get("tie_word_embeddings", arch is Architecture.OPT)
-    try:
-        return ModelSpec(
-            name=str(raw.get("_name_or_path") or file.parent.name or "model"),
-            architecture=arch,
-            num_layers=get_int("num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim or hidden // heads,
-            intermediate_size=ffn,
-            vocab_size=get_int("vocab_size"),
-            max_model_len=get_int("max_position_embeddings"),
-            dtype_bytes=_DTYPE_BYTES[dtype],
-            tie_word_embeddings=bool(tied),
-        )
-    except ConfigError as err:  # e.g. num_key_value_heads not dividing the heads
-        raise ConfigError(err.field, err.value, err.allowed + where) from None
-
 
 def get_model(name_or_path: str | Path) -> ModelSpec:
     """A preset model by name (case-insensitive), or a path to a config.json or its directory."""
@@ -275,6 +335,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         if key.lower() == str(name_or_path).lower():
             return model
     if Path(name_or_path).exists():
+        from pagedkv.engine.hf_config import model_from_hf_config
+
         return model_from_hf_config(name_or_path)
     allowed = "must be one of " + ", ".join(MODELS) + ", or a path to a config.json"
     raise ConfigError("model", str(name_or_path), allowed)
