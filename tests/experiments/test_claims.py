@@ -10,10 +10,10 @@ import pytest
 from pagedkv.experiments import claims as claims_mod
 from pagedkv.experiments import framework
 from pagedkv.experiments.verdict import (
-    DEPENDS,
-    NEEDS_SHARING,
-    NOT_SUPPORTED,
+    CONTRADICTED,
+    NOT_MEASURED,
     SUPPORTED,
+    VERDICTS,
     Measurement,
     holds,
 )
@@ -48,11 +48,8 @@ def test_claims_json_schema(quick_claims: tuple[Path, list[claims_mod.Claim]]) -
     for c in data["claims"]:
         assert set(c) == FIELDS
         assert c["source"] in ("seed-simulator", "vllm-paper")
-        assert c["verdict"] in (SUPPORTED, NOT_SUPPORTED, DEPENDS, NEEDS_SHARING)
-        if c["verdict"] == NEEDS_SHARING:
-            assert c["measured"] is None
-        else:
-            assert (out / c["evidence"] / "results.json").exists()
+        assert c["verdict"] in VERDICTS
+        assert (out / c["evidence"] / "results.json").exists()
     assert (out / "claims" / "claims.csv").read_text().startswith("id,")
     sources = {c["source"] for c in data["claims"]}
     assert sources == {"seed-simulator", "vllm-paper"}
@@ -64,13 +61,13 @@ def test_verdicts_follow_from_the_numbers(
     """The first measurement (the row's own numbers) holds iff the verdict says it can."""
     _, claims = quick_claims
     for c in claims:
-        if c.verdict == NEEDS_SHARING:
+        if c.verdict == NOT_MEASURED:
             continue
         low, high = _range(c.statement)
         first = holds(Measurement("", c.measured, c.ci_low, c.ci_high), low, high)
         if c.verdict == SUPPORTED:
             assert first, c
-        if c.verdict == NOT_SUPPORTED:
+        if c.verdict == CONTRADICTED:
             assert not first, c
 
 

@@ -86,5 +86,5 @@ def test_claims_are_judged_from_the_numbers(result: ExperimentResult) -> None:
         first = holds(Measurement("", claim.measured, claim.ci_low, claim.ci_high), low, high)
         if claim.verdict == "supported":
             assert first
-        if claim.verdict == "not supported":
+        if claim.verdict == "contradicted":
             assert not first

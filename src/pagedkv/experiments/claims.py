@@ -22,6 +22,7 @@ from typing import Any
 from pagedkv.experiments import framework, setups
 from pagedkv.experiments.framework import ExperimentResult
 from pagedkv.experiments.verdict import (
+    Favour,
     Measurement,
     describe_range,
     verdict,
@@ -98,7 +99,7 @@ def _summary_measurement(
 ) -> Measurement:
     s = res.summary_for(**key)
     return Measurement(
-        condition, s[f"{metric}_mean"], s[f"{metric}_ci_low"], s[f"{metric}_ci_high"]
+        condition, s[f"{metric}_mean"], s[f"{metric}_ci_low"], s[f"{metric}_ci_high"], s["n"]
     )
 
 
@@ -109,7 +110,7 @@ def _paired_ratio(
 
 
 def _m(condition: str, ci: stats.MeanCI) -> Measurement:
-    return Measurement(condition, ci.mean, ci.low, ci.high)
+    return Measurement(condition, ci.mean, ci.low, ci.high, ci.n)
 
 
 def _claim(
@@ -122,8 +123,9 @@ def _claim(
     measurements: Sequence[Measurement],
     low: float | None,
     high: float | None,
+    favour: Favour = "higher",
 ) -> Claim:
-    v, cond = verdict(measurements, low, high)
+    v, cond = verdict(measurements, low, high, favour)
     values = "; ".join(f"{m.condition}: {_fmt(m)}" for m in measurements)
     first = measurements[0]
     return Claim(
@@ -195,6 +197,7 @@ def build_claims(results: dict[str, ExperimentResult]) -> list[Claim]:
             ],
             0.6,
             0.8,
+            "lower",
         ),
         _claim(
             "paging-utilization-2-4x",
@@ -285,6 +288,7 @@ def build_claims(results: dict[str, ExperimentResult]) -> list[Claim]:
             [_summary_measurement(frag, wl, "waste", workload=wl, scheduler="vllm") for wl in wls],
             None,
             0.04,
+            "lower",
         )
     )
     claims += _sampling_claims(results["sampling"])
