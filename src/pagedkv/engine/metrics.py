@@ -9,7 +9,8 @@ Per run:
     max_running = most requests running at once (capacity, not throughput);
     mean_running = running requests per iteration, averaged over iterations;
     memory categories (pagedkv.memory.usage) averaged over iterations weighted by their duration,
-    as fractions of the capacity C.
+    as fractions of the capacity C; ``allocator_rounding`` likewise (the part of the internal
+    fragmentation a buddy allocator's rounding adds: the other accounting convention).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class StepTotals:
     swapped_blocks: int = 0
     weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     weighted_saved_blocks: float = 0.0  # time integral of blocks_saved_by_sharing
+    weighted_rounding: float = 0.0  # time integral of MemoryUsage.allocator_rounding
 
     def add(
         self,
@@ -82,6 +84,8 @@ class StepTotals:
             usage.free,
         )
         self.record(duration, slots, num_running, num_batched_seqs, repeat)
+        if usage.allocator_rounding:
+            self.weighted_rounding += duration * usage.allocator_rounding
 
     def record(
         self,
@@ -149,6 +153,7 @@ def summarize(
     allocated = memory["token_states"] + memory["reservation"] + memory["internal_fragmentation"]
     memory["token_utilization"] = memory["token_states"] / allocated if allocated else 1.0
     memory["pool_occupancy"] = allocated
+    memory["allocator_rounding"] = totals.weighted_rounding / busy / capacity if busy else 0.0
     output_tokens = sum(r.output_len for r in done)
     return {
         "num_requests": len(requests),
