@@ -72,6 +72,7 @@ def load_result(path: Path) -> ExperimentResult:
         rows=data["rows"],
         summary=data["summary"],
         findings=data["findings"],
+        derived=data.get("derived", {}),
     )
 
 
