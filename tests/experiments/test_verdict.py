@@ -17,10 +17,12 @@ from pagedkv.experiments.verdict import (
     VERDICTS,
     Favour,
     Measurement,
+    Target,
     holds,
     judge,
     seeds_to_decide,
     verdict,
+    verdict_each,
 )
 
 
@@ -61,6 +63,13 @@ TABLE: list[tuple[tuple[float | None, float | None], float | None, float | None,
     ((0.9, 1.1), 1.0, None, "higher", INCONCLUSIVE),
     ((0.5, 0.99), 1.0, None, "higher", CONTRADICTED),
     ((100.0, 200.0), 1.0, None, "higher", SUPPORTED),
+    # a claim of likeness ("comparable"): out of the range either way is against it
+    ((0.7, 0.79), 0.8, 1.25, "neither", CONTRADICTED),
+    ((0.8, 1.0), 0.8, 1.25, "neither", SUPPORTED),
+    ((0.75, 0.85), 0.8, 1.25, "neither", INCONCLUSIVE),
+    ((1.0, 1.25), 0.8, 1.25, "neither", SUPPORTED),
+    ((1.2, 1.3), 0.8, 1.25, "neither", INCONCLUSIVE),
+    ((1.26, 1.3), 0.8, 1.25, "neither", CONTRADICTED),
     # nothing measured, whatever the range
     ((None, None), 2.0, 4.0, "higher", NOT_MEASURED),
     ((None, None), None, 0.04, "lower", NOT_MEASURED),
@@ -143,6 +152,16 @@ def test_combination_takes_the_least_favourable() -> None:
     assert verdict([ok, m(1.9, 2.1)], 2.0, 4.0, "higher")[0] == INCONCLUSIVE
 
 
+def test_each_target_is_judged_against_its_own_range() -> None:
+    a, b = m(0.05, 0.07, cond="n=2"), m(0.5, 0.6, cond="n=6")
+    overall, judged = verdict_each([Target(a, 0.05, 0.07), Target(b, 0.4, 0.7)], "higher")
+    assert overall == SUPPORTED
+    assert [j.verdict for j in judged] == [SUPPORTED, SUPPORTED]
+    # against n=2's range, n=6 is far beyond it
+    assert verdict_each([Target(b, 0.05, 0.07)], "higher")[0] == EXCEEDS
+    assert verdict([a, b], 0.05, 0.07, "higher")[0] == SUPPORTED  # supported + exceeds
+
+
 def test_bad_rule_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="favour"):
         judge(m(1.0, 2.0), 1.0, 2.0, "sideways")  # type: ignore[arg-type]
@@ -153,5 +172,5 @@ def test_bad_rule_arguments_are_refused() -> None:
 
 
 def test_holds_is_the_supported_case() -> None:
-    for interval, low, high, favour, expected in TABLE:
+    for interval, low, high, _, expected in TABLE:
         assert holds(m(*interval), low, high) == (expected == SUPPORTED)

@@ -2,7 +2,8 @@
 
 A claim states a range for a metric (``low <= metric <= high``, either end open; the bounds
 belong to the range) and which way is *the claim's favour*: ``higher`` (more is better for the
-claim: a speed-up, a saving) or ``lower`` (less is better: a waste). One measurement, its mean
+claim: a speed-up, a saving), ``lower`` (less is better: a waste) or ``neither`` (a claim of
+likeness, "comparable": out of the range either way is against it). One measurement, its mean
 and 95% interval ``[lo, hi]`` over ``n`` seeds, gets one of five verdicts:
 
 * **supported**: the whole interval lies inside the range;
@@ -16,9 +17,10 @@ and 95% interval ``[lo, hi]`` over ``n`` seeds, gets one of five verdicts:
   the seeds) is decided by no practical number of seeds;
 * **not measured**: no interval (no data, or a single seed): never a verdict about the claim.
 
-A claim measured under several conditions (workloads, widths) takes the least favourable of its
-measurements' verdicts, in the order contradicted, not measured, inconclusive, supported,
-exceeds; the condition text lists each measurement's own verdict.
+A claim measured under several conditions (workloads, widths), each with its own range where
+its source states one per condition, takes the least favourable of its measurements'
+verdicts, in the order contradicted, not measured, inconclusive, supported, exceeds; the
+condition text lists each measurement's own verdict.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ SUPPORTED, EXCEEDS, INCONCLUSIVE, CONTRADICTED, NOT_MEASURED = (
 )
 VERDICTS = (SUPPORTED, EXCEEDS, INCONCLUSIVE, CONTRADICTED, NOT_MEASURED)
 _WORST_FIRST = (CONTRADICTED, NOT_MEASURED, INCONCLUSIVE, SUPPORTED, EXCEEDS)
-Favour = Literal["higher", "lower"]
+Favour = Literal["higher", "lower", "neither"]
+FAVOURS = ("higher", "lower", "neither")
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,8 @@ def holds(m: Measurement, low: float | None, high: float | None) -> bool:
 
 def judge(m: Measurement, low: float | None, high: float | None, favour: Favour) -> Judgement:
     """The verdict of one measurement against ``[low, high]`` (see the module docstring)."""
-    if favour not in ("higher", "lower"):
-        raise ValueError(f"favour must be 'higher' or 'lower', not {favour!r}")
+    if favour not in FAVOURS:
+        raise ValueError(f"favour must be one of {FAVOURS}, not {favour!r}")
     if low is not None and high is not None and low > high:
         raise ValueError(f"empty range [{low}, {high}]")
     if m.mean is None or m.ci_low is None or m.ci_high is None:
@@ -91,19 +94,38 @@ def judge(m: Measurement, low: float | None, high: float | None, favour: Favour)
     if above:
         return Judgement(EXCEEDS if favour == "higher" else CONTRADICTED)
     if below:
-        return Judgement(EXCEEDS if favour == "lower" else CONTRADICTED)
+        return Judgement(EXCEEDS if favour == "lower" else CONTRADICTED)  # "neither": against
     return Judgement(INCONCLUSIVE, seeds_to_decide(m, low, high))
 
 
 def seeds_to_decide(m: Measurement, low: float | None, high: float | None) -> int | None:
     """Seeds in all after which the interval, shrinking as 1/sqrt(n), clears the bound nearest
     the mean; None when the mean is on it (or the interval has no width or no count)."""
-    assert m.mean is not None and m.ci_low is not None and m.ci_high is not None
+    if m.mean is None or m.ci_low is None or m.ci_high is None:
+        return None
     half = (m.ci_high - m.ci_low) / 2
     d = min(abs(m.mean - b) for b in (low, high) if b is not None)
     if half <= 0 or m.n < 1 or d <= half * 1e-4:
         return None  # on the bound, or so near it that 1e8 x n seeds would not do
     return max(m.n + 1, math.floor(m.n * (half / d) ** 2) + 1)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measurement and the range its source states for that condition."""
+
+    measurement: Measurement
+    low: float | None
+    high: float | None
+
+
+def verdict_each(targets: Sequence[Target], favour: Favour) -> tuple[str, list[Judgement]]:
+    """The claim's verdict (the least favourable) and each target's judgement."""
+    if not targets:
+        raise ValueError("a claim needs at least one measurement")
+    judged = [judge(t.measurement, t.low, t.high, favour) for t in targets]
+    found = {j.verdict for j in judged}
+    return next(v for v in _WORST_FIRST if v in found), judged
 
 
 def verdict(
@@ -112,22 +134,18 @@ def verdict(
     high: float | None,
     favour: Favour,
 ) -> tuple[str, str]:
-    """(verdict, condition) of a claim over its measurements: the least favourable verdict,
-    and each measurement's own."""
-    if not measurements:
-        raise ValueError("a claim needs at least one measurement")
-    judged = [(m, judge(m, low, high, favour)) for m in measurements]
-    found = {j.verdict for _, j in judged}
-    overall = next(v for v in _WORST_FIRST if v in found)
-    parts = [f"{m.condition}: {j.describe(m.n)}" for m, j in judged]
+    """(verdict, condition) of a claim over its measurements, one range for all: the least
+    favourable verdict, and each measurement's own."""
+    overall, judged = verdict_each([Target(m, low, high) for m in measurements], favour)
+    parts = [f"{m.condition}: {j.describe(m.n)}" for m, j in zip(measurements, judged, strict=True)]
     return overall, "; ".join(parts)
 
 
 def describe_range(low: float | None, high: float | None) -> str:
     if low is not None and high is not None:
-        return f"in [{low:g}, {high:g}]"
+        return f"in [{low:.4g}, {high:.4g}]"
     if low is not None:
-        return f">= {low:g}"
+        return f">= {low:.4g}"
     if high is not None:
-        return f"<= {high:g}"
+        return f"<= {high:.4g}"
     return "any value"
