@@ -47,10 +47,11 @@ QUESTION = (
 )
 SCHEDULERS = ("vllm", "orca-oracle", "orca-pow2", "orca-max", "static")
 RATES = {
-    "sharegpt-like": (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0),
-    "alpaca-like": (2.0, 4.0, 8.0, 16.0, 24.0, 30.0, 32.0, 48.0, 64.0, 96.0, 128.0),
+    "sharegpt-like": (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0),
+    "alpaca-like": (2.0, 4.0, 8.0, 16.0, 30.0, 48.0, 64.0, 96.0, 128.0),
 }
-"""The latency curves' grid (requests/s), for the plot; it holds the batch-size rates."""
+"""The latency curves' grid (requests/s), for the plot; it holds the batch-size rates, and its
+runs give each bisection its first bracket."""
 QUICK_RATES = {"sharegpt-like": (0.5, 2.0), "alpaca-like": (4.0, 30.0)}
 BATCH_RATE = {"sharegpt-like": 2.0, "alpaca-like": 30.0}
 """The rates of the batch-size comparison: the vLLM paper's Fig. 13 ("Average number of
@@ -125,8 +126,8 @@ def _passes(row: dict[str, Any]) -> bool:
 
 
 def derive(result: ExperimentResult, *, quick: bool, workers: int | None) -> dict[str, Any]:
-    """Per (workload, scheduler, seed), the sustained rate by bisection: every search advances
-    one probe per round, and a round's probes run in parallel."""
+    """Per (workload, scheduler, seed), the sustained rate by bisection from the grid's bracket
+    (``_bracket``): every search advances one probe per round, a round's probes in parallel."""
     n = _requests(quick)
     tolerance = QUICK_TOLERANCE if quick else TOLERANCE
     keys = [
@@ -135,7 +136,7 @@ def derive(result: ExperimentResult, *, quick: bool, workers: int | None) -> dic
         for sched in SCHEDULERS
         for seed in result.setup["seeds"]
     ]
-    searches = {k: RateSearch(*SEARCH[k[0]], tolerance) for k in keys}
+    searches = {k: _bracket(result, *k, tolerance) for k in keys}
     while True:
         todo = [(k, r) for k, s in searches.items() if (r := s.next_rate()) is not None]
         if not todo:
@@ -151,6 +152,7 @@ def derive(result: ExperimentResult, *, quick: bool, workers: int | None) -> dic
                 "scheduler": sched,
                 "seed": seed,
                 "rate": searches[(wl, sched, seed)].passed,
+                "failed": searches[(wl, sched, seed)].failed,
                 "capped": searches[(wl, sched, seed)].capped,
                 "probes": len(searches[(wl, sched, seed)].probes),
             }
@@ -158,6 +160,30 @@ def derive(result: ExperimentResult, *, quick: bool, workers: int | None) -> dic
         ],
         "relative_tolerance": tolerance,
     }
+
+
+def _bracket(
+    result: ExperimentResult, workload: str, scheduler: str, seed: int, tolerance: float
+) -> RateSearch:
+    """A search started from the grid's runs of the same configuration and seed (the same
+    simulations a probe would run): between the highest grid rate that passes and the lowest
+    above it that fails; the search's own bounds where the grid has no such rate."""
+    grid = sorted(
+        (r["request_rate"], _passes(r))
+        for r in result.rows
+        if r["workload"] == workload and r["scheduler"] == scheduler and r["seed"] == seed
+    )
+    low, high = SEARCH[workload]
+    passed = [rate for rate, ok in grid if ok]
+    if not passed:  # fails everywhere on the grid: probe from the search's low
+        return RateSearch(low, min([high, *(rate for rate, _ in grid)]), tolerance)
+    top = max(passed)
+    failed = [rate for rate, ok in grid if not ok and rate > top]
+    search = RateSearch(top, min(failed) if failed else high, tolerance)
+    search.record(top, True)
+    if failed:
+        search.record(min(failed), False)
+    return search
 
 
 def _searches(result: ExperimentResult, workload: str, scheduler: str) -> list[dict[str, Any]]:
