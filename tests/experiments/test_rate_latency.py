@@ -52,7 +52,7 @@ def test_sustained_ratio_pairs_seeds(result: ExperimentResult) -> None:
     a = rate_latency.sustained(result, wl, "orca-pow2")
     b = rate_latency.sustained(result, wl, "orca-max")
     ratio = rate_latency.sustained_ratio(result, wl, "orca-pow2", "orca-max")
-    expected = [a[s] / b[s] for s in a if a[s] and b.get(s)]  # neither is capped here
+    expected = [x / y for s, x in a.items() if x and (y := b.get(s))]
     if not any(x["capped"] for x in result.derived["sustained"] if x["scheduler"] == "orca-max"):
         assert ratio.n == len(expected)
         assert ratio.mean == pytest.approx(sum(expected) / len(expected))
