@@ -286,7 +286,8 @@ def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, st
         "decide it are estimated), <strong>contradicted</strong> (outside it against the "
         "claim), <strong>not measured</strong> (no data). A claim measured under several "
         "conditions takes the least favourable.</p>"
-        '<div class="scroll">' + table(header, rows, classes) + "</div></section>"
+        + table(header, rows, classes)
+        + "</section>"
     )
 
 
