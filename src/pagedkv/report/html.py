@@ -285,9 +285,7 @@ def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, st
         "favour), <strong>inconclusive</strong> (it straddles a bound; the seeds that would "
         "decide it are estimated), <strong>contradicted</strong> (outside it against the "
         "claim), <strong>not measured</strong> (no data). A claim measured under several "
-        "conditions takes the least favourable.</p>"
-        + table(header, rows, classes)
-        + "</section>"
+        "conditions takes the least favourable.</p>" + table(header, rows, classes) + "</section>"
     )
 
 
