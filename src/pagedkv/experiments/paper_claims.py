@@ -157,11 +157,18 @@ def _throughput_claims(res: ExperimentResult) -> list[Claim]:
 
 
 def _batch_claims(res: ExperimentResult) -> list[Claim]:
-    from pagedkv.experiments.rate_latency import BATCH_RATE, batch_ratio
+    from pagedkv.experiments.rate_latency import BATCH_RATE, batch_ratio, sustained_ci
 
     out = []
     for wl, figures in BATCH.items():
         rate = BATCH_RATE[wl]
+        vllm = sustained_ci(res, wl, "vllm").mean
+        load = (
+            ""
+            if vllm is None
+            else f"; vllm sustains {vllm:.3g} req/s here (its knee), so at "
+            f"{rate:g} req/s it is {'past' if rate > vllm else 'below'} its knee"
+        )
         targets = [
             Target(
                 ci_measurement(f"vllm / {b} ({cite})", batch_ratio(res, wl, "vllm", b)),
@@ -182,7 +189,8 @@ def _batch_claims(res: ExperimentResult) -> list[Claim]:
                     "mean_batch_size ratio vllm / baseline",
                     "x",
                     "higher",
-                    f"OPT-13B on A100-40GB, {wl}, Poisson at {rate:g} req/s (the paper's rate)",
+                    f"OPT-13B on A100-40GB, {wl}, Poisson at {rate:g} req/s (the paper's rate)"
+                    f"{load}",
                     "rate-latency",
                     RATES,
                 ),
