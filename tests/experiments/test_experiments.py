@@ -88,6 +88,18 @@ def _fragmentation_facts(data: dict[str, Any]) -> None:
             )
         )
         assert total == pytest.approx(1.0)
+        # the two conventions for buddy rounding split the same slots
+        slot = r["internal_fragmentation"] + r["external_fragmentation"]
+        alloc = (
+            r["internal_fragmentation_allocator_convention"]
+            + r["external_fragmentation_allocator_convention"]
+        )
+        assert alloc == pytest.approx(slot)
+        assert 0.0 <= r["allocator_rounding"] <= r["internal_fragmentation"] + 1e-12
+        if r["scheduler"] in ("vllm", "contiguous-slots") or r["scheduler"].startswith("firstfit"):
+            assert r["allocator_rounding"] == 0.0  # nothing rounds a reservation up
+        if r["scheduler"].endswith("oracle"):  # exact reservations: the paper's 0% internal
+            assert r["internal_fragmentation_allocator_convention"] == pytest.approx(0.0, abs=1e-12)
     for paged in (r for r in rows if r["scheduler"] == "vllm"):
         others = [
             r

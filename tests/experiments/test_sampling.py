@@ -7,10 +7,10 @@ import pytest
 
 from pagedkv.errors import ConfigError
 from pagedkv.experiments import framework, sampling
-from pagedkv.experiments.claims import _sampling_claims
 from pagedkv.experiments.framework import ExperimentResult
+from pagedkv.experiments.paper_claims import FIG15, sampling_claims
 from pagedkv.experiments.registry import EXPERIMENTS
-from pagedkv.experiments.verdict import Measurement, holds
+from pagedkv.experiments.verdict import Measurement, judge
 from pagedkv.workloads import WorkloadConfig, make_workload
 from pagedkv.workloads.config import WorkloadKind
 
@@ -74,17 +74,27 @@ def test_gain_is_paired_per_seed_and_findings_cite_the_paper(result: ExperimentR
     assert "6.1%-9.8%" in text
 
 
-def test_claims_are_judged_from_the_numbers(result: ExperimentResult) -> None:
-    claims = _sampling_claims(result)
+def test_claims_are_judged_per_width_from_the_numbers(result: ExperimentResult) -> None:
+    """Each width is judged against its own figure's range (Fig. 15 on Alpaca), and the
+    claim's verdict is the least favourable of its widths'."""
+    claims = sampling_claims(result)
     assert [c.id for c in claims] == [
         "parallel-sampling-saves-6-10pct",
+        "parallel-sampling-saves-6-10pct-sharegpt",
         "beam-search-saves-38-55pct",
+        "beam-search-saves-38-55pct-sharegpt",
     ]
-    for claim, (low, high) in zip(claims, sampling.PAPER.values(), strict=True):
-        s = result.summary_for(workload="alpaca-like", search=claim.id.split("-")[0], width=2)
-        assert claim.measured == s["saved_fraction_mean"]
-        first = holds(Measurement("", claim.measured, claim.ci_low, claim.ci_high), low, high)
-        if claim.verdict == "supported":
-            assert first
-        if claim.verdict == "not supported":
-            assert not first
+    for claim in claims:
+        search = claim.id.split("-")[0]
+        wl = "sharegpt-like" if claim.id.endswith("sharegpt") else "alpaca-like"
+        assert [m["condition"] for m in claim.measurements] == [
+            f"{wl}, width {w}" for w in sampling.WIDTHS
+        ]
+        for w, rec in zip(sampling.WIDTHS, claim.measurements, strict=True):
+            s = result.summary_for(workload=wl, search=search, width=w, setting="vllm")
+            assert rec["mean"] == s["saved_fraction_mean"]
+            if wl == "alpaca-like":
+                assert rec["low"] < FIG15[search][w] < rec["high"]
+            m = Measurement("", rec["mean"], rec["ci_low"], rec["ci_high"], rec["n"])
+            assert judge(m, rec["low"], rec["high"], "higher").verdict == rec["verdict"]
+        assert claim.verdict in {rec["verdict"] for rec in claim.measurements}

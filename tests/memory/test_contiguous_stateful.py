@@ -38,6 +38,7 @@ class Seq:
     final: int
     held: int
     prompt: int  # tokens at admission ('pow2' reserves prompt + pow2(output); forks inherit)
+    reserved: int  # R, the slots asked for (held >= R: the placement may round it up)
 
 
 class ContiguousMachine(RuleBasedStateMachine):
@@ -117,9 +118,11 @@ class ContiguousMachine(RuleBasedStateMachine):
         got = self.alloc.allocate(sid, prompt, final_len=final)
         if status is AllocStatus.OK:
             assert got == 0
-            held = self.held(self.reserved(final, prompt))
+            reserved = self.reserved(final, prompt)
             mml = self.config.max_model_len
-            self.model[sid] = Seq(prompt, mml if final is None else final, held, prompt)
+            self.model[sid] = Seq(
+                prompt, mml if final is None else final, self.held(reserved), prompt, reserved
+            )
         else:
             assert got is None
             assert self.alloc.usage() == before
@@ -160,8 +163,8 @@ class ContiguousMachine(RuleBasedStateMachine):
             assert got == [
                 SlotCopy(self.alloc.region(parent)[0], self.alloc.region(child)[0], p.tokens)
             ]
-            held = self.held(self.reserved(child_final, p.prompt))
-            self.model[child] = Seq(p.tokens, child_final, held, p.prompt)
+            reserved = self.reserved(child_final, p.prompt)
+            self.model[child] = Seq(p.tokens, child_final, self.held(reserved), p.prompt, reserved)
         else:
             assert got is None
             assert self.alloc.usage() == before
@@ -191,6 +194,19 @@ class ContiguousMachine(RuleBasedStateMachine):
             m.held - min(m.held, m.final) for m in self.model.values()
         )
         assert u.free == a.num_free_slots == c - sum(m.held for m in self.model.values())
+        # The allocator convention: only slots beyond both R and the final length are rounding.
+        assert u.allocator_rounding == sum(
+            max(0, m.held - max(m.reserved, m.final)) for m in self.model.values()
+        )
+        if self.placement is not Placement.BUDDY or self.reservation is Reservation.SLOTS:
+            assert u.allocator_rounding == 0  # nothing rounds a reservation up
+        if self.reservation is Reservation.ORACLE:
+            assert u.internal_fragmentation_allocator_convention == 0  # the paper's Fig. 2
+        assert (
+            u.internal_fragmentation_allocator_convention
+            + u.external_fragmentation_allocator_convention
+            == u.internal_fragmentation + u.external_fragmentation
+        )
         for waiting in (False, True):
             w = a.usage(waiting_for_memory=waiting)
             parts = (w.token_states, w.reservation, w.internal_fragmentation)

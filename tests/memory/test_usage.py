@@ -52,3 +52,29 @@ def test_empty_allocation_wastes_nothing() -> None:
 def test_negative_category_is_an_integrity_error() -> None:
     with pytest.raises(IntegrityError):
         MemoryUsage(10, 11, -1, 0, 0, 0)
+
+
+@given(
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.booleans(),
+)
+def test_allocator_convention_moves_the_rounding_to_external(
+    t: int, r: int, i: int, free: int, rounding: int, waiting: bool
+) -> None:
+    """Both conventions split the same slots: the rounding leaves internal fragmentation and
+    joins external fragmentation; more rounding than internal fragmentation is refused."""
+    c = t + r + i + free
+    if c == 0:
+        return
+    if rounding > i:
+        with pytest.raises(IntegrityError, match="rounding"):
+            MemoryUsage.from_books(c, t, r, i, waiting, rounding)
+        return
+    u = MemoryUsage.from_books(c, t, r, i, waiting, rounding)
+    assert u.internal_fragmentation_allocator_convention == i - rounding
+    assert u.external_fragmentation_allocator_convention == u.external_fragmentation + rounding
+    assert MemoryUsage.from_books(c, t, r, i, waiting).allocator_rounding == 0

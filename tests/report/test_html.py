@@ -70,6 +70,13 @@ def test_claims_table_has_one_row_per_claim_with_its_verdict(results: Path) -> N
     assert [r[measured] for r in body] == ["2.5 [2.1, 2.9] x", "-", "1.5 [1.2, 1.8] x"]
     classes = next(c for c, t in zip(page.row_classes, page.tables, strict=True) if t is claims)[1:]
     assert classes == ["ok", "other", "bad"]
+    for column, key in (
+        ("claimed range", "claimed"),
+        ("source states it", "citation"),
+        ("measured under", "condition"),
+    ):
+        i = claims[0].index(column)
+        assert [r[i] for r in body] == [c[key] or "-" for c in CLAIMS]
     assert "#exp-block-size" in page.links
     assert "#exp-rate-latency" in page.links
 

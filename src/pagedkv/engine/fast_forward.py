@@ -226,6 +226,7 @@ class FastForward:
         for name in CATEGORIES:
             t.weighted[name] += integrals[name]
         t.weighted_saved_blocks += saved * total
+        t.weighted_rounding += u.allocator_rounding * total  # a region's rounding is fixed
         self.windows += 1
         self.rounds += k
         eng.finish(finished)

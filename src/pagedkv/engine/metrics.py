@@ -11,7 +11,9 @@ Per run:
     memory categories (pagedkv.memory.usage) averaged over iterations weighted by their duration,
     as fractions of the capacity C; token utilization = token states / allocated slots, and
     None (JSON null, "n/a" in a table) for a run that never allocated a slot (all rejected, or
-    no requests): 0/0 has no value, and 100% would claim a perfect use of nothing.
+    no requests): 0/0 has no value, and 100% would claim a perfect use of nothing;
+    ``allocator_rounding`` as a fraction of C too (the part of the internal fragmentation a
+    buddy allocator's rounding adds: the other accounting convention).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class StepTotals:
     swapped_blocks: int = 0
     weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     weighted_saved_blocks: float = 0.0  # time integral of blocks_saved_by_sharing
+    weighted_rounding: float = 0.0  # time integral of MemoryUsage.allocator_rounding
 
     def add(
         self,
@@ -84,6 +87,8 @@ class StepTotals:
             usage.free,
         )
         self.record(duration, slots, num_running, num_batched_seqs, repeat)
+        if usage.allocator_rounding:
+            self.weighted_rounding += duration * usage.allocator_rounding
 
     def record(
         self,
@@ -152,6 +157,7 @@ def summarize(
     memory: dict[str, float | None] = dict(shares)
     memory["token_utilization"] = shares["token_states"] / allocated if allocated else None
     memory["pool_occupancy"] = allocated
+    memory["allocator_rounding"] = totals.weighted_rounding / busy / capacity if busy else 0.0
     output_tokens = sum(r.output_len for r in done)
     return {
         "num_requests": len(requests),

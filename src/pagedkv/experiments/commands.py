@@ -86,7 +86,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     check_output_dir("--out", out)
     check_output_dir("--out", out / "claims", ("claims.json", "claims.csv"))
     for c in run_claims(out, quick=args.quick, workers=args.workers):
-        print(f"{c.verdict:>14}  {c.id}: {c.condition}")
+        print(f"{c.verdict:>13}  {c.id} (claimed {c.claimed}): {c.judged}")
     print(f"Wrote {out / 'claims' / 'claims.json'} and claims.csv")
     return 0
 

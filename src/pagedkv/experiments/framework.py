@@ -7,6 +7,9 @@ An experiment module defines ``NAME``, ``TITLE``, ``QUESTION``, ``plan(quick, se
 progress bar with ETA on a terminal), orders the rows by configuration then seed (so the table
 never depends on which worker finished first), and ``write_results`` writes the directory:
 ``results.json`` (the shared schema), ``results.csv`` (the raw rows) and the PNGs, atomically.
+A module may also define ``derive(result, quick, workers) -> dict``: results computed after the
+rows (e.g. ``rate-latency``'s bisections on the rate), kept in ``ExperimentResult.derived`` and
+written under ``derived`` in results.json.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class ExperimentResult:
     """Point index -> memory timeline (only for points planned with ``timeline``)."""
     plots: list[PlotRef] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    derived: dict[str, Any] = field(default_factory=dict)
+    """What the module's ``derive`` computed after the rows (empty without one)."""
 
     @property
     def columns(self) -> list[str]:
@@ -99,6 +104,7 @@ class ExperimentResult:
             "summary": self.summary,
             "plots": [{"file": p.file, "caption": p.caption} for p in self.plots],
             "findings": self.findings,
+            "derived": self.derived,
         }
 
     def to_csv(self) -> str:
@@ -197,6 +203,9 @@ def run_experiment(
         summary=stats.summarize(rows, plan.config_keys, plan.metrics),
         timelines=timelines,
     )
+    derive = getattr(module, "derive", None)
+    if derive is not None:
+        result.derived = derive(result, quick=quick, workers=workers)
     result.findings = list(module.findings(result))
     if out is not None:
         with output_set():  # the plots and the results appear together, or none

@@ -6,6 +6,18 @@ apart: ``token_states`` .. ``free`` are shares of the capacity C, ``token_utiliz
 states / allocated slots and ``pool_occupancy`` allocated / C. ``waste`` is the one sum, and it
 is the vLLM paper's own definition of wasted KV memory (Fig. 2): reservation + internal +
 external fragmentation, as a share of C.
+
+Two denominators for the waste, reported side by side: ``waste`` (share of C: idle free slots
+are in the denominator, not the waste) and ``waste_of_used`` = waste / (1 - free) (share of the
+memory not idle: allocated + external fragmentation). The paper's Fig. 2 bars are shares of the
+whole KV cache that sum to 100% with no idle category ("External frag. & Others"), i.e. they
+are measured with memory bound; there both denominators agree. ``waste_with_idle`` =
+1 - token_states counts idle slots as waste too (the bar's complement as drawn).
+
+Two accounting conventions for a buddy allocator's rounding (``pagedkv.memory.usage``): the
+categories above use the slot convention (rounding is internal fragmentation);
+``*_allocator_convention`` move ``allocator_rounding`` to external fragmentation, as the paper's
+Fig. 2 does.
 """
 
 from __future__ import annotations
@@ -30,6 +42,13 @@ def _memory(name: str) -> Callable[[Summary], float | None]:
         return None if value is None else float(value)
 
     return read
+
+
+def _waste_of_used(m: Mapping[str, Any]) -> float | None:
+    """(reservation + internal + external) / (1 - free); None when memory was idle throughout."""
+    used = 1.0 - float(m["free"])
+    waste = m["reservation"] + m["internal_fragmentation"] + m["external_fragmentation"]
+    return float(waste) / used if used > 0 else None
 
 
 METRICS: dict[str, tuple[Callable[[Summary], Any], str]] = {
@@ -66,6 +85,17 @@ METRICS: dict[str, tuple[Callable[[Summary], Any], str]] = {
         "share of C",
     ),
     "num_gpu_blocks": (lambda s: int(s["num_gpu_blocks"]), "blocks"),
+    "allocator_rounding": (_memory("allocator_rounding"), "share of C"),
+    "internal_fragmentation_allocator_convention": (
+        lambda s: float(s["memory"]["internal_fragmentation"] - s["memory"]["allocator_rounding"]),
+        "share of C",
+    ),
+    "external_fragmentation_allocator_convention": (
+        lambda s: float(s["memory"]["external_fragmentation"] + s["memory"]["allocator_rounding"]),
+        "share of C",
+    ),
+    "waste_of_used": (lambda s: _waste_of_used(s["memory"]), "share of memory in use"),
+    "waste_with_idle": (lambda s: 1.0 - float(s["memory"]["token_states"]), "share of C"),
 }
 CATEGORIES = (
     "token_states",

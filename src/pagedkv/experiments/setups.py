@@ -31,6 +31,16 @@ def flat(
     return {**out, **extra}
 
 
+COST_MODEL = HARDWARE["cost_model"]
+"""The clock of every experiment here: ``pagedkv.engine.cost_model``'s roofline (GPU x model)."""
+
+
+def time_model(why: str) -> str:
+    """The note an experiment or claim carries when its figures need a time model (rates,
+    latencies, throughput): which cost model, and why it matters."""
+    return f"needs a time model: the {COST_MODEL} cost model (pagedkv.engine.cost_model); {why}"
+
+
 def setup(**extra: Any) -> dict[str, Any]:
     """The fixed part of an experiment's ``setup`` record."""
     return {"model": MODEL, "gpu": GPU, "cost_model": "roofline", **extra}

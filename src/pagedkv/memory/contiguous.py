@@ -49,6 +49,11 @@ class _Region:
         filled = min(self.held, self.final)
         return self.tokens, filled - self.tokens, self.held - filled
 
+    def rounding(self) -> int:
+        """Held slots beyond both the reservation asked for and the final length: the part of
+        the internal fragmentation the placement added (buddy rounding), not the policy."""
+        return self.held - max(self.reserved, min(self.held, self.final))
+
 
 class ContiguousAllocator:
     """A ``KVAllocator`` with one contiguous region per sequence, reserved up front.
@@ -73,6 +78,7 @@ class ContiguousAllocator:
         self._token_states = 0
         self._reservation = 0
         self._internal = 0
+        self._rounding = 0
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -160,6 +166,7 @@ class ContiguousAllocator:
             self._reservation,
             self._internal,
             waiting_for_memory,
+            self._rounding,
         )
 
     # ----------------------------------------------------------------------------- changes
@@ -251,15 +258,15 @@ class ContiguousAllocator:
         held = dict(self._space.regions())
         if len(held) != len(self._seqs):
             raise IntegrityError(f"{len(held)} regions in the space, {len(self._seqs)} sequences")
-        sums = [0, 0, 0]
+        sums = [0, 0, 0, 0]
         for seq_id, r in self._seqs.items():
             if held.get(r.start) != r.held or r.held < r.reserved:
                 raise IntegrityError(f"sequence {seq_id!r}: region {r} not held as recorded")
             if not 0 <= r.tokens <= min(r.held, r.final):
                 raise IntegrityError(f"sequence {seq_id!r}: {r.tokens} tokens do not fit {r}")
-            for i, v in enumerate(r.books()):
+            for i, v in enumerate((*r.books(), r.rounding())):
                 sums[i] += v
-        counters = [self._token_states, self._reservation, self._internal]
+        counters = [self._token_states, self._reservation, self._internal, self._rounding]
         if sums != counters:
             raise IntegrityError(f"counters {counters} != recomputed {sums}")
 
@@ -298,6 +305,7 @@ class ContiguousAllocator:
         self._token_states += sign * t
         self._reservation += sign * res
         self._internal += sign * internal
+        self._rounding += sign * r.rounding()
 
     def _get(self, seq_id: SeqId) -> _Region:
         try:

@@ -15,6 +15,15 @@ A physical slot shared by several sequences (fork, prefix hit) counts once. Free
 external fragmentation while at least one request waits for memory (memory exists, yet no
 request can use it) and plain free otherwise (idle, not waste). These are the categories of
 Fig. 2 of the vLLM paper (Kwon et al., SOSP 2023).
+
+Two conventions for an allocator's rounding (a buddy allocator holds R slots rounded up to a
+power of two, A >= R): the **slot convention** above (the fields) counts every held slot that is
+never filled as internal fragmentation, whoever put it there. The **allocator convention** (the
+paper's Fig. 2 and §3.1: "external fragmentation from the memory allocator like the buddy
+allocator"; its Orca (Oracle), which reserves exactly the final length, shows no internal
+fragmentation at all) counts only the reservation beyond the final length as internal, and the
+rounding as external fragmentation. ``allocator_rounding`` is that rounding, a part of
+``internal_fragmentation``; ``*_allocator_convention`` give the other split (same sums).
 """
 
 from __future__ import annotations
@@ -40,6 +49,10 @@ class MemoryUsage:
     """Free slots while at least one request waits for memory."""
     free: int
     """Free slots while nothing waits for memory."""
+    allocator_rounding: int = 0
+    """Slots of ``internal_fragmentation`` held only because the allocator rounded a reservation
+    up (buddy: to a power of two): held beyond both the reservation and the final length. 0 for
+    paged memory."""
 
     def __post_init__(self) -> None:
         parts = (
@@ -53,6 +66,21 @@ class MemoryUsage:
             raise IntegrityError(
                 f"memory categories {parts} do not sum to capacity {self.capacity}"
             )
+        if not 0 <= self.allocator_rounding <= self.internal_fragmentation:
+            raise IntegrityError(
+                f"allocator rounding {self.allocator_rounding} outside "
+                f"[0, internal fragmentation {self.internal_fragmentation}]"
+            )
+
+    @property
+    def internal_fragmentation_allocator_convention(self) -> int:
+        """Internal fragmentation with the allocator's rounding left out (the paper's Fig. 2)."""
+        return self.internal_fragmentation - self.allocator_rounding
+
+    @property
+    def external_fragmentation_allocator_convention(self) -> int:
+        """External fragmentation with the allocator's rounding counted in (the paper's Fig. 2)."""
+        return self.external_fragmentation + self.allocator_rounding
 
     @property
     def allocated(self) -> int:
@@ -95,6 +123,7 @@ class MemoryUsage:
         reservation: int,
         internal_fragmentation: int,
         waiting_for_memory: bool,
+        allocator_rounding: int = 0,
     ) -> MemoryUsage:
         """Unallocated slots are external fragmentation if anyone waits, else free."""
         return cls(
@@ -102,6 +131,7 @@ class MemoryUsage:
             *categories(
                 capacity, token_states, reservation, internal_fragmentation, waiting_for_memory
             ),
+            allocator_rounding,
         )
 
 

@@ -33,7 +33,15 @@ ORDER = (
 MAX_RAW_ROWS = 500
 """Raw rows shown per experiment (the CSV beside results.json has them all)."""
 MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
-VERDICT_CLASS = {"supported": "ok", "not supported": "bad", "depends": "mixed"}
+VERDICT_CLASS = {
+    "supported": "ok",
+    "exceeds": "beyond",
+    "inconclusive": "mixed",
+    "contradicted": "bad",
+    "not measured": "other",
+}
+"""The five verdicts of ``pagedkv.experiments.verdict``, by row class (the report reads
+claims.json, never the engine, so the names are repeated here)."""
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;
@@ -46,6 +54,7 @@ th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;border:1px solid #ddd}.note{color:#a40}
 tr.ok td.verdict{background:#dff3df}tr.bad td.verdict{background:#f8dcdc}
 tr.mixed td.verdict{background:#fbf0cf}tr.other td.verdict{background:#eee}
+tr.beyond td.verdict{background:#d8ebf8}
 details{margin:.6em 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
 """
 SCRIPT = """
@@ -221,8 +230,20 @@ def experiment_section(anchor: str, directory: Path, where: str, results: dict[s
 
 
 def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]) -> str:
-    header = ["id", "source", "statement", "metric", "measured [95% CI]", "verdict", "condition"]
-    header.append("evidence")
+    header = [
+        "id",
+        "source",
+        "statement",
+        "claimed range",
+        "source states it",
+        "measured under",
+        "time model",
+        "metric",
+        "measured [95% CI]",
+        "verdict",
+        "each measurement",
+        "evidence",
+    ]
     rows, classes = [], []
     for c in claims:
         measured = fmt_interval(c.get("measured"), c.get("ci_low"), c.get("ci_high"))
@@ -240,22 +261,31 @@ def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, st
                 cell(c.get("id")),
                 cell(c.get("source")),
                 cell(c.get("statement")),
+                cell(c.get("claimed") or "-"),
+                cell(c.get("citation") or "-"),
+                cell(c.get("condition") or "-"),
+                cell(c.get("time_model") or "none"),
                 cell(c.get("metric")),
                 f'<td class="num">{esc(measured)}{" " + esc(unit) if unit else ""}</td>',
                 f'<td class="verdict">{esc(verdict)}</td>',
-                cell(c.get("condition")),
+                cell(c.get("judged") or "-"),
                 f"<td>{link}</td>",
             ]
         )
-    counts = {
-        v: sum(c.get("verdict") == v for c in claims)
-        for v in sorted({str(c.get("verdict")) for c in claims})
-    }
-    tally = ", ".join(f"{n} {esc(v)}" for v, n in counts.items())
+    known = [v for v in VERDICT_CLASS if any(c.get("verdict") == v for c in claims)]
+    others = sorted({str(c.get("verdict")) for c in claims} - set(VERDICT_CLASS))
+    tally = ", ".join(
+        f"{sum(c.get('verdict') == v for c in claims)} {esc(v)}" for v in known + others
+    )
     return (
         '<section id="claims"><h2>Claims</h2>'
-        f"<p>{len(claims)} claims: {tally}. Each verdict is computed from the measured value "
-        "and its interval, never typed by hand.</p>" + table(header, rows, classes) + "</section>"
+        f"<p>{len(claims)} claims: {tally}. Each verdict is computed from the measured values "
+        "and their intervals, never typed by hand: <strong>supported</strong> (the interval "
+        "inside the claimed range), <strong>exceeds</strong> (beyond it in the claim's "
+        "favour), <strong>inconclusive</strong> (it straddles a bound; the seeds that would "
+        "decide it are estimated), <strong>contradicted</strong> (outside it against the "
+        "claim), <strong>not measured</strong> (no data). A claim measured under several "
+        "conditions takes the least favourable.</p>" + table(header, rows, classes) + "</section>"
     )
 
 
