@@ -24,10 +24,11 @@ import torch
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.errors import ConfigError
 from pagedkv.memory.block_table import cdiv
-from pagedkv.tensors.executor import SamplingConfig, build_real_engine
+from pagedkv.tensors.executor import build_real_engine
 from pagedkv.tensors.generate_config import GenerateConfig
 from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_config import DecoderConfig, tiny_config
+from pagedkv.tensors.sampling import SamplingConfig
 from pagedkv.validation import check_choice
 from pagedkv.workloads.spec import RequestSpec
 
