@@ -137,10 +137,45 @@ def test_max_tokens_defaults_to_the_generation_config(
     assert len(result["outputs"][0]["output_token_ids"]) == 3
 
 
+def test_the_other_engine_flags_keep_the_outputs(
+    checkpoint_dir: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = checkpoint_dir("gemma")
+    common = ["--model", str(path), "--max-tokens", "5", "--ignore-eos", "--block-size", "4"]
+    for text in LINES[8:12]:
+        common += ["--prompt", text[:24]]
+    _, _, roomy = _run(tmp_path, *common)
+    code, _, other = _run(
+        tmp_path,
+        *common,
+        "--num-gpu-blocks", "10",
+        "--preemption-mode", "swap",
+        "--swap-space", "0.0002",
+        "--max-num-seqs", "3",
+        "--max-model-len", "64",
+        "--watermark", "0.1",
+        "--enable-prefix-caching",
+        "--eviction-policy", "lfu",
+    )  # fmt: skip
+    assert code == 0
+    c = load_checkpoint(path).decoder.config
+    block_bytes = 2 * c.num_layers * 4 * c.num_kv_heads * c.head_dim * 8  # float64
+    assert other["summary"]["num_cpu_blocks"] == int(0.0002 * 2**30) // block_bytes
+    assert other["summary"]["swap_outs"] > 0
+    assert [o["output_token_ids"] for o in other["outputs"]] == [
+        o["output_token_ids"] for o in roomy["outputs"]
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--model", "no/such/dir"], "model"),
+        (["--max-model-len", "1000"], "max_model_len"),
+        (["--eviction-policy", "mru"], "eviction_policy"),
+        (["--swap-space", "-1"], "swap_space"),
+        (["--watermark", "1.5"], "watermark"),
+        (["--group-preemption-mode", "drop"], "group_preemption_mode"),
         (["--prompt", "hello"], "tokenizer.json"),  # a built-in model has no tokenizer
         (["--model", "gpt2", "--config", "x.json", "--prompt-format", "bad"], "prompt_format"),
         (["--prompt", "a", "--prompts", "p.txt"], "excludes --prompts"),

@@ -43,13 +43,14 @@ from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import ScheduledChunk, SchedulerOutput
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import BlockCopy, KVAllocator, SeqId, SlotCopy
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.tensors.kv_cache import PagedKVCache
 from pagedkv.tensors.model import Decoder, ModelInput
 from pagedkv.tensors.sampling import SamplingConfig, draw_seed, request_seed, sample_rows
+from pagedkv.validation import check_choice
 from pagedkv.workloads.spec import RequestSpec
 
 __all__ = [
@@ -246,6 +247,7 @@ def build_real_engine(
     check_integrity: bool = False,
     cache_factory: Callable[..., PagedKVCache] = PagedKVCache,
     enable_prefix_caching: bool = False,
+    eviction_policy: EvictionPolicy | str = EvictionPolicy.LRU,
     seeds: Mapping[int, int] | None = None,
 ) -> Engine:
     """The simulator's Engine and Scheduler, driving ``model`` on a real paged cache.
@@ -262,6 +264,7 @@ def build_real_engine(
         num_cpu_blocks=num_cpu_blocks,
         watermark=watermark,
         enable_prefix_caching=enable_prefix_caching,
+        eviction_policy=check_choice("eviction_policy", eviction_policy, EvictionPolicy),
     )
     policy = SCHEDULERS[sched.scheduler]
     kv = policy.make_allocator(cache_cfg, sched)

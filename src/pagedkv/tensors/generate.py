@@ -139,14 +139,36 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
             max_new,
             f"prompt + output = {longest} must be <= the model's max_position {shape.max_position}",
         )
+    max_model_len = config.max_model_len or shape.max_position
+    if max_model_len > shape.max_position:
+        raise ConfigError(
+            "max_model_len",
+            max_model_len,
+            f"must be <= the model's max_position {shape.max_position}",
+        )
     scheduler = SchedulerConfig(
         scheduler=config.scheduler,
-        max_model_len=shape.max_position,
+        max_model_len=max_model_len,
         preemption_mode=check_choice("preemption_mode", config.preemption_mode, PreemptionMode),
+        group_preemption_mode=check_choice(
+            "group_preemption_mode", config.group_preemption_mode, PreemptionMode
+        ),
         enable_chunked_prefill=config.enable_chunked_prefill,
         max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=min(256, config.max_num_batched_tokens or 256),
+        max_num_seqs=config.max_num_seqs or min(256, config.max_num_batched_tokens or 256),
     )
+    num_cpu_blocks = config.num_cpu_blocks
+    if config.swap_space is not None:  # GiB // one block's K and V over every layer
+        itemsize = torch.empty(0, dtype=model.dtype).element_size()
+        block_bytes = (
+            2
+            * shape.num_layers
+            * config.block_size
+            * shape.num_kv_heads
+            * shape.head_dim
+            * itemsize
+        )
+        num_cpu_blocks = int(config.swap_space * 2**30) // block_bytes
     num_blocks = config.num_gpu_blocks
     if num_blocks is None:
         num_blocks = config.num_beams * sum(
@@ -161,10 +183,12 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
         specs,
         num_gpu_blocks=num_blocks,
         block_size=config.block_size,
-        num_cpu_blocks=config.num_cpu_blocks,
+        num_cpu_blocks=num_cpu_blocks,
         scheduler=scheduler,
         sampling=SamplingConfig(config.temperature, config.seed, stops),
+        watermark=config.watermark,
         enable_prefix_caching=config.enable_prefix_caching,
+        eviction_policy=config.eviction_policy,
     )
     start = time.perf_counter()
     run = engine.run()
@@ -193,6 +217,7 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
         "swap_outs": run.totals.swap_outs,
         "prefix_hit_tokens": _prefix_hits(engine),
         "num_gpu_blocks": num_blocks,
+        "num_cpu_blocks": num_cpu_blocks,
         "deadlocked": run.deadlocked,
     }
     timing = {

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pagedkv.engine.config import PreemptionMode
 from pagedkv.errors import ConfigError
+from pagedkv.memory.config import EvictionPolicy
 from pagedkv.tensors.model_config import ARCHITECTURES
-from pagedkv.validation import check_bool, check_choice, check_int, help_field
+from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
 
 DTYPE_NAMES = ("auto", "float32", "float64", "bfloat16")
 PROMPT_FORMATS = ("auto", "ids", "text")
@@ -58,12 +59,28 @@ class GenerateConfig:
         None, "KV blocks in the pool; default: room for every request at once."
     )
     num_cpu_blocks: int = help_field(64, "Blocks of the CPU swap pool (>= 0).")
+    swap_space: float | None = help_field(
+        None, "CPU swap space in GiB instead of num_cpu_blocks (blocks of this model's K/V)."
+    )
+    watermark: float = help_field(0.01, "Fraction of blocks admission keeps free, in [0, 1).")
     scheduler: str = help_field("vllm", "Scheduling policy (see `pagedkv simulate --help`).")
+    max_num_seqs: int | None = help_field(
+        None, "Most requests running at once; default 256 (at most the token budget)."
+    )
+    max_model_len: int | None = help_field(
+        None, "Longest request (prompt + output); default: the model's max_position."
+    )
     preemption_mode: str = help_field("recompute", "'recompute' or 'swap'.")
+    group_preemption_mode: str = help_field(
+        "swap", "How a beam group is preempted: 'swap' or 'recompute'."
+    )
     enable_chunked_prefill: bool = help_field(False, "Chunked prefill (vLLM v1).")
     max_num_batched_tokens: int | None = help_field(None, "Token budget of one iteration.")
     enable_prefix_caching: bool = help_field(
         False, "Reuse cached full blocks of equal prefixes (vLLM's automatic prefix caching)."
+    )
+    eviction_policy: str = help_field(
+        "lru", "Which free cached block prefix caching evicts first: 'lru' or 'lfu'."
     )
     temperature: float = help_field(0.0, "0: greedy; else seeded sampling at this temperature.")
     num_beams: int = help_field(
@@ -104,6 +121,16 @@ class GenerateConfig:
         if self.num_gpu_blocks is not None:
             check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
         check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
+        if self.swap_space is not None:
+            v = self.swap_space
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError("swap_space", v, "must be a number of GiB >= 0")
+        check_fraction("watermark", self.watermark)
+        for name in ("max_num_seqs", "max_model_len"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
+        check_choice("group_preemption_mode", self.group_preemption_mode, PreemptionMode)
+        check_choice("eviction_policy", self.eviction_policy, EvictionPolicy)
         check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
         check_bool("enable_prefix_caching", self.enable_prefix_caching)
         check_choice("preemption_mode", self.preemption_mode, PreemptionMode)
