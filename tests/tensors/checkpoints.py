@@ -112,6 +112,10 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "llama-rope-longrope": ("LlamaConfig", _rotary(rope_scaling=_longrope())),
     "qwen2": ("Qwen2Config", _rotary()),
+    "qwen2-sliding": (  # layer 1 (>= max_window_layers) slides
+        "Qwen2Config",
+        _rotary(use_sliding_window=True, sliding_window=5, max_window_layers=1),
+    ),
     "qwen3": ("Qwen3Config", _rotary(head_dim=16)),
     "mistral": ("MistralConfig", _rotary(sliding_window=5)),
     "gemma": ("GemmaConfig", _rotary(head_dim=16, hidden_act="gelu_pytorch_tanh")),

@@ -143,7 +143,8 @@ def test_a_relabelled_config_is_refused(
         ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}, "rope_scaling.factor"),
         ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
         ({"pretraining_tp": 2}, "pretraining_tp"),
-        ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, "layer_types"),
+        ({"model_type": "qwen2", "layer_types": ["full_attention", "chunked"]}, "layer_types"),
         ({"model_type": "falcon"}, "model_type"),
     ],
 )

@@ -98,6 +98,7 @@ FEATURES: dict[str, dict[str, Any]] = {
     "llama-rope-llama3": {"rope_type": "default", "rope_scaling": ()},
     "llama-rope-longrope": {"rope_type": "default", "rope_scaling": ()},
     "mistral": {"sliding_window": None},
+    "qwen2-sliding": {"sliding_window": None},
     "gpt2-unscaled": {"scale_attn_weights": True},
     "gpt2-inverse-layer": {"scale_attn_by_inverse_layer_idx": False},
     "gemma": {"embed_scale": False},

@@ -2,7 +2,8 @@
 
 Families (``model_type``): ``gpt2``; and on the rotary decoder (``arch = "llama"``): ``llama``
 (Llama 2, 3, 3.1+ with every ``rope_scaling`` type, ``attention_bias``, ``mlp_bias``),
-``mistral`` (``sliding_window``), ``qwen2`` (q/k/v biases), ``qwen3`` (q/k norms) and ``gemma``
+``mistral`` (``sliding_window``), ``qwen2`` (q/k/v biases; sliding layers), ``qwen3`` (q/k
+norms; sliding layers) and ``gemma``
 (scaled embeddings, ``1 + weight`` norms). A feature the decoder does not compute is refused
 with a one-line ``ConfigError`` naming its key, never silently ignored. Nothing here imports
 torch.
@@ -100,6 +101,29 @@ def _gpt2(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _window(data: Mapping[str, Any], family: str) -> tuple[int | None, tuple[bool, ...]]:
+    """(sliding_window, which layers use it): Mistral's applies to every layer; Qwen2/Qwen3's
+    to the layers ``layer_types`` marks ``sliding_attention`` (transformers derives them from
+    ``use_sliding_window`` and ``max_window_layers``), and only with ``use_sliding_window``."""
+    kinds = data.get("layer_types")
+    if kinds is not None:
+        allowed = {"full_attention", "sliding_attention"}
+        if not isinstance(kinds, list) or not set(kinds) <= allowed:
+            raise ConfigError("layer_types", kinds, "full_attention or sliding_attention per layer")
+        if len(kinds) != data.get("num_hidden_layers"):
+            raise ConfigError("layer_types", kinds, "one entry per layer (num_hidden_layers)")
+    if family == "mistral":
+        return data.get("sliding_window"), ()
+    if family in ("qwen2", "qwen3") and data.get("use_sliding_window"):
+        window = data.get("sliding_window")
+        if kinds is None:
+            raise ConfigError("layer_types", None, "required with use_sliding_window")
+        return window, tuple(k == "sliding_attention" for k in kinds)
+    if kinds is not None and "sliding_attention" in kinds:
+        raise ConfigError("layer_types", kinds, f"{family}: full_attention only")
+    return None, ()
+
+
 def _rotary(data: Mapping[str, Any], family: str) -> dict[str, Any]:
     for key in ("num_attention_heads", "hidden_size", "num_hidden_layers", "vocab_size"):
         if key not in data:
@@ -108,9 +132,7 @@ def _rotary(data: Mapping[str, Any], family: str) -> dict[str, Any]:
     hidden = data["hidden_size"]
     pretraining_tp = data.get("pretraining_tp", 1)
     _refuse_if(data, "pretraining_tp", pretraining_tp not in (None, 1), "only 1")
-    if family in ("qwen2", "qwen3"):
-        _refuse_if(data, "use_sliding_window", bool(data.get("use_sliding_window")), "only false")
-    window = data.get("sliding_window") if family == "mistral" else None
+    window, layers = _window(data, family)
     gemma = family == "gemma"
     if gemma:
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
@@ -137,6 +159,7 @@ def _rotary(data: Mapping[str, Any], family: str) -> dict[str, Any]:
         "mlp_bias": bool(data.get("mlp_bias", False)),
         "qk_norm": family == "qwen3",
         "sliding_window": window,
+        "sliding_layers": layers,
         "embed_scale": gemma,
         "norm_unit_offset": gemma,
         **_rope(data),

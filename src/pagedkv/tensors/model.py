@@ -181,7 +181,7 @@ class Decoder:
             inp.context_lens,
             inp.query_lens,
             self.scales[i],
-            sliding_window=self.config.sliding_window,
+            sliding_window=self.config.layer_window(i),
         )
         return out.reshape(out.shape[0], -1)
 

@@ -61,6 +61,9 @@ class DecoderConfig:
     sliding_window: int | None = help_field(
         None, "llama: a query sees only the last sliding_window keys, itself included (Mistral)."
     )
+    sliding_layers: tuple[bool, ...] = help_field(
+        (), "Which layers use sliding_window (Qwen2/Qwen3 layer_types); (): all of them."
+    )
     rope_type: str = help_field("default", "RoPE variant: " + ", ".join(ROPE_TYPES) + ".")
     rope_scaling: tuple[tuple[str, Any], ...] = help_field(
         (), "The RoPE variant's parameters (name, value), sorted by name."
@@ -103,6 +106,12 @@ class DecoderConfig:
         _check_positive_float("rope_theta", self.rope_theta)
         if self.sliding_window is not None:
             check_int("sliding_window", self.sliding_window, 1)
+        if self.sliding_layers and len(self.sliding_layers) != self.num_layers:
+            raise ConfigError(
+                "sliding_layers",
+                len(self.sliding_layers),
+                f"must be num_layers = {self.num_layers}",
+            )
         if self.rope_type not in ROPE_TYPES:
             raise ConfigError(
                 "rope_type", self.rope_type, "must be one of " + ", ".join(ROPE_TYPES)
@@ -129,6 +138,12 @@ class DecoderConfig:
                 ) from exc
         data: Mapping[str, Any] = config if isinstance(config, Mapping) else config.to_dict()
         return cls(**read_hf_config(data))
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of one layer (None: it sees the whole context)."""
+        if self.sliding_window is None or (self.sliding_layers and not self.sliding_layers[layer]):
+            return None
+        return self.sliding_window
 
     def rope_param(self, name: str, default: Any = None) -> Any:
         """One parameter of ``rope_scaling`` (``default`` if absent)."""
