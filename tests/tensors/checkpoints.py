@@ -111,6 +111,10 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "llama-rope-longrope": ("LlamaConfig", _rotary(rope_scaling=_longrope())),
+    "llama-rope-proportional": (
+        "LlamaConfig",
+        _rotary(rope_scaling={**_scaled("proportional", 2), "partial_rotary_factor": 0.5}),
+    ),
     "qwen2": ("Qwen2Config", _rotary()),
     "qwen2-sliding": (  # layer 1 (>= max_window_layers) slides
         "Qwen2Config",

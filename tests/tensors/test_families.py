@@ -97,6 +97,7 @@ FEATURES: dict[str, dict[str, Any]] = {
     "llama-rope-yarn": {"rope_type": "default", "rope_scaling": ()},
     "llama-rope-llama3": {"rope_type": "default", "rope_scaling": ()},
     "llama-rope-longrope": {"rope_type": "default", "rope_scaling": ()},
+    "llama-rope-proportional": {"rope_type": "default", "rope_scaling": ()},
     "mistral": {"sliding_window": None},
     "qwen2-sliding": {"sliding_window": None},
     "gpt2-unscaled": {"scale_attn_weights": True},

@@ -27,6 +27,7 @@ _ROPE_NEEDS: dict[str, tuple[str, ...]] = {
     "yarn": ("original_max_position_embeddings",),
     "longrope": ("original_max_position_embeddings", "long_factor", "short_factor"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "proportional": (),
 }
 _ROPE_KEYS = {
     "rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
@@ -53,8 +54,18 @@ def _rope(data: Mapping[str, Any]) -> dict[str, Any]:
         )
     theta = rope.pop("rope_theta", None) or data.get("rope_theta", 10000.0)
     partial = rope.pop("partial_rotary_factor", data.get("partial_rotary_factor", 1.0))
-    if partial not in (None, 1, 1.0):
-        raise ConfigError("partial_rotary_factor", partial, "only 1.0 (RoPE on the whole head)")
+    if rope_type == "proportional" and partial is not None:
+        if (
+            isinstance(partial, bool)
+            or not isinstance(partial, (int, float))
+            or not 0 < partial <= 1
+        ):
+            raise ConfigError("partial_rotary_factor", partial, "must be in (0, 1]")
+        rope["partial_rotary_factor"] = partial  # the unrotated dimensions get frequency 0
+    elif partial not in (None, 1, 1.0):
+        raise ConfigError(
+            "partial_rotary_factor", partial, "only 1.0 (RoPE on the whole head), or proportional"
+        )
     unknown = sorted(set(rope) - _ROPE_KEYS)
     if unknown:
         raise ConfigError("rope_scaling", unknown, "unknown RoPE parameters")

@@ -25,7 +25,7 @@ ARCHITECTURES = ("gpt2", "llama")
 # Hugging Face activation names -> (torch function, GELU approximation). GPT-2 uses "gelu_new",
 # the tanh approximation of GELU (Hendrycks & Gimpel 2016, eq. in section 2).
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 
 
 def _check_positive_float(field: str, value: object) -> float:

@@ -14,6 +14,8 @@ a checkpoint see the angles they were trained with):
 * ``yarn`` (Peng et al. 2023): interpolated and extrapolated frequencies blended over a ramp of
   dimensions between ``beta_fast`` and ``beta_slow`` rotations; cos and sin scaled by
   ``0.1 ln(factor) + 1`` (or the ``mscale`` ratio, or ``attention_factor``).
+* ``proportional``: ``default / factor`` on the first ``partial_rotary_factor`` of the
+  pairs, frequency 0 (no rotation) on the rest.
 * ``longrope`` (Phi-3): ``default / short_factor`` for a sequence no longer than
   ``original_max_position_embeddings``, ``default / long_factor`` beyond; cos and sin scaled by
   ``sqrt(1 + ln(factor) / ln(original))``. transformers picks the set per forward call, by
@@ -97,6 +99,12 @@ class Rope:
             inv = inv / float(c.rope_param("factor"))
         elif kind == "llama3":
             inv = _llama3(c, inv)
+        elif kind == "proportional":
+            d = c.head_dim
+            rotated = int(float(c.rope_param("partial_rotary_factor", 1.0)) * d // 2)
+            powers = c.rope_theta ** (torch.arange(0, 2 * rotated, 2).float() / d)
+            inv = torch.cat((1.0 / powers, torch.zeros(d // 2 - rotated)))
+            inv = inv / float(c.rope_param("factor", 1.0))
         elif kind == "yarn":
             inv, self.attention_factor = _yarn(c)
         elif kind == "longrope":
