@@ -2,7 +2,7 @@
 (``save_pretrained`` of a random-init transformers model, ``checkpoints.py``), equals
 transformers' ``generate`` token for token (greedy, float64) through the engine under swap and
 recompute preemption (a pool too small for the batch), chunked prefill, and prefix caching with
-shared prefixes in a small pool. Each family's distinguishing feature is shown to matter: the
+shared prefixes in a small pool, and beam search. Each family's distinguishing feature is shown to matter: the
 same weights with the feature switched off give other logits, so equality is not vacuous."""
 
 from __future__ import annotations
@@ -137,7 +137,9 @@ def test_the_feature_matters(family: str, checkpoint_dir: Callable[..., Path]) -
     assert float((_logits(off, ids) - theirs).abs().max()) > 10 * max(on, 1e-12)
 
 
-@pytest.mark.parametrize(("family", "k"), [("qwen2", 2), ("mistral", 3), ("llama-rope-llama3", 2)])
+@pytest.mark.parametrize(
+    ("family", "k"), [(f, 3 if f in ("mistral", "gpt2") else 2) for f in FAMILIES]
+)
 def test_beam_search_equals_hf(family: str, k: int, checkpoint_dir: Callable[..., Path]) -> None:
     """The best of k beams equals transformers' beam search (no EOS, no length penalty),
     in a pool that swaps groups out and back."""
