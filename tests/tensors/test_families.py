@@ -2,8 +2,9 @@
 (``save_pretrained`` of a random-init transformers model, ``checkpoints.py``), equals
 transformers' ``generate`` token for token (greedy, float64) through the engine under swap and
 recompute preemption (a pool too small for the batch), chunked prefill, and prefix caching with
-shared prefixes in a small pool, and beam search. Each family's distinguishing feature is shown to matter: the
-same weights with the feature switched off give other logits, so equality is not vacuous."""
+shared prefixes in a small pool; and in beam search. Each family's distinguishing feature is
+shown to matter: the same weights with the feature switched off give other logits, so equality
+is not vacuous."""
 
 from __future__ import annotations
 
