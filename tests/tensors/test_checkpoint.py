@@ -5,6 +5,7 @@ directory, state dict or unsupported config feature is a one-line error naming i
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -176,3 +177,23 @@ def test_bad_directories(checkpoint_dir: Callable[..., Path], tmp_path: Path) ->
     next(sharded.glob("model-00002-*.safetensors")).unlink()
     with pytest.raises(ConfigError, match="missing"):
         load_checkpoint(sharded)
+
+
+@pytest.mark.parametrize("family", ["llama-bias", "qwen3", "gpt2", "gemma"])
+def test_every_missing_or_foreign_tensor_is_named(family: str) -> None:
+    """Exhaustively: dropping any one tensor of the state dict, or adding any tensor another
+    family has and this one does not, is refused naming that tensor."""
+    model = hf_model(family)
+    state = dict(model.state_dict())
+    config = model.config.to_dict()
+    Decoder.from_hf(state, config=config)  # the whole state dict loads
+    tied = DecoderConfig.from_hf(config).tie_word_embeddings
+    for name in state:
+        if tied and name == "lm_head.weight":
+            continue  # a tied model may list the embedding twice, or not
+        with pytest.raises(ConfigError, match=re.escape(name)):
+            Decoder.from_hf({k: v for k, v in state.items() if k != name}, config=config)
+    others = {k for f in ("llama-bias", "qwen3", "gpt2") for k in hf_model(f).state_dict()}
+    for name in sorted(others - set(state))[:40]:
+        with pytest.raises(ConfigError, match=re.escape(name)):
+            Decoder.from_hf({**state, name: torch.zeros(1)}, config=config)
