@@ -196,3 +196,15 @@ def test_a_checkpoint_excludes_config(checkpoint_dir: Callable[..., Path]) -> No
 
     with pytest.raises(ConfigError, match="built-in"):
         GenerateConfig(model=str(checkpoint_dir("llama")), config="config.json")
+
+
+def test_sampled_text_writes_byte_identical_json(
+    checkpoint_dir: Callable[..., Path], tmp_path: Path
+) -> None:
+    argv = ["--model", str(checkpoint_dir("qwen3")), "--prompt", LINES[0][:20], "--prompt"]
+    argv += [LINES[1][:20], "--temperature", "1.0", "--seed", "4", "--max-tokens", "6"]
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in paths:
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["generate", *argv, "--json", str(path)]) == 0
+    assert paths[0].read_bytes() == paths[1].read_bytes()
