@@ -170,18 +170,23 @@ class Engine:
         result = self.executor.execute(batch)
         usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
         self._account(batch, result.duration, usage)
-        finished = self.apply(batch, result.duration, result.sampled)
+        finished = self.apply(batch, result.duration, result.sampled, result.stopped)
         if self.check_integrity:
             sched.kv.check_integrity()
             self._check_usage(usage)
         return finished
 
     def apply(
-        self, batch: SchedulerOutput, duration: float, sampled: Mapping[object, int] | None = None
+        self,
+        batch: SchedulerOutput,
+        duration: float,
+        sampled: Mapping[object, int] | None = None,
+        stopped: frozenset[int] = frozenset(),
     ) -> bool:
         """An iteration's effects once it ran (and was accounted): the clock, each request's
         counters and the tokens it sampled (a real executor's, keyed by seq id); finished
-        requests free their memory. True if any did."""
+        requests (their output_len reached, or ``stopped``: a real model's stop token) free
+        their memory. True if any did."""
         start = self.now
         self.now += duration
         finished: list[Request] = []
@@ -198,6 +203,9 @@ class Engine:
                 if req.first_token_time is None:
                     req.first_token_time = self.now
                 if req.num_output_tokens == req.output_len:
+                    finished.append(req)
+                elif req.request_id in stopped:
+                    req.stop_early()
                     finished.append(req)
         self.finish(finished)
         return bool(finished)

@@ -20,10 +20,12 @@ from pagedkv.engine.scheduler import SchedulerOutput
 class StepResult:
     """How long the iteration took (simulated seconds, or ticks under the unit clock), and,
     from a real executor, the token each sequence sampled (keyed by its ``seq_id``; only
-    sequences whose computed tokens caught up with their total sample one)."""
+    sequences whose computed tokens caught up with their total sample one), and the ids of the
+    requests that sampled a stop token (EOS): they end now, shorter than their output_len."""
 
     duration: float
     sampled: Mapping[object, int] | None = None
+    stopped: frozenset[int] = frozenset()
 
 
 @runtime_checkable

@@ -137,6 +137,12 @@ class Request:
         )
         return ids if len(ids) == end - start else None
 
+    def stop_early(self) -> None:
+        """A real model sampled a stop token (EOS) before ``output_len``: the request ends
+        here, and its output length becomes what it generated (so every metric that counts
+        output tokens counts these)."""
+        self.output_len = self.num_output_tokens
+
     @property
     def max_kv_tokens(self) -> int:
         """The most token states the request ever holds: prompt + output - 1."""

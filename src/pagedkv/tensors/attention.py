@@ -32,6 +32,11 @@ Three implementations, same signature and same result:
   pass, online softmax, float32 accumulation); everything else, or a machine where the kernel
   cannot be built, goes to ``paged_attention_gather``.
 
+``sliding_window = w`` (Mistral) limits each query to the latest ``w`` keys, itself included
+(key position > query position - w, as transformers' sliding-window mask). The kernel has no
+window: a batch whose window is shorter than a context takes the torch path. The memory books
+keep every block of a windowed sequence (the blocks that slid out are not freed early).
+
 Tolerance (tested with Hypothesis against dense ``scaled_dot_product_attention`` on the same K/V,
 contiguous, causal with the offset ``context_len - query_len``, random inputs in [-1, 1)):
 float32 ``atol = rtol = 1e-5``; float64 ``1e-10``; bfloat16 ``atol = rtol = 1e-2`` (bfloat16
@@ -151,6 +156,8 @@ def paged_attention_reference(
     context_lens: Lengths,
     query_lens: Lengths,
     scale: float | None = None,
+    *,
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Paged attention, one sequence at a time (see the module docstring for the shapes).
 
@@ -159,6 +166,7 @@ def paged_attention_reference(
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
     _, block_size, num_kv_heads, head_dim = cache_k.shape
+    window = ctx_window(sliding_window)
     compute = torch.promote_types(q.dtype, torch.float32)
     out = torch.empty_like(q)
     start = 0
@@ -176,6 +184,7 @@ def paged_attention_reference(
         query_pos = torch.arange(ctx - qlen, ctx, device=q.device)
         key_pos = torch.arange(ctx, device=q.device)
         causal = key_pos[None, :] <= query_pos[:, None]  # [qlen, ctx]
+        causal &= key_pos[None, :] > query_pos[:, None] - window
         scores = scores.masked_fill(~causal, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         out[start : start + qlen] = torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
@@ -191,6 +200,8 @@ def paged_attention(
     context_lens: Lengths,
     query_lens: Lengths,
     scale: float | None = None,
+    *,
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Paged attention, the fast path where it applies (see the module docstring for the shapes
     and the tolerance against the reference).
@@ -199,11 +210,14 @@ def paged_attention(
     kernel of ``fast_attention`` (no K/V copy); anything else runs ``paged_attention_gather``.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
-    if fast_attention.applies(q, cache_k, cache_v, batch.query_lens):
+    window = ctx_window(sliding_window)
+    if window >= max(batch.context_lens, default=0) and fast_attention.applies(
+        q, cache_k, cache_v, batch.query_lens
+    ):
         return fast_attention.decode_attention(
             q, cache_k, cache_v, batch.tables, batch.context_lens, batch.scale
         )
-    return _gather_attention(q, cache_k, cache_v, batch)
+    return _gather_attention(q, cache_k, cache_v, batch, window)
 
 
 def paged_attention_gather(
@@ -214,6 +228,8 @@ def paged_attention_gather(
     context_lens: Lengths,
     query_lens: Lengths,
     scale: float | None = None,
+    *,
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Paged attention in plain torch, vectorised over the batch (gather, then SDPA): the
     fallback of ``paged_attention``, for every device, dtype and batch.
@@ -223,11 +239,24 @@ def paged_attention_gather(
     the scheduler's token budget bounds that.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
-    return _gather_attention(q, cache_k, cache_v, batch)
+    return _gather_attention(q, cache_k, cache_v, batch, ctx_window(sliding_window))
+
+
+def ctx_window(sliding_window: int | None) -> int:
+    """How many of the latest keys (itself included) a query sees: all, or the window."""
+    if sliding_window is None:
+        return 1 << 62
+    if (
+        isinstance(sliding_window, bool)
+        or not isinstance(sliding_window, int)
+        or sliding_window < 1
+    ):
+        raise ValueError(f"sliding_window: expected None or an int >= 1, got {sliding_window!r}")
+    return sliding_window
 
 
 def _gather_attention(
-    q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, batch: _Batch
+    q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, batch: _Batch, window: int
 ) -> torch.Tensor:
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = cache_k.shape
@@ -268,6 +297,8 @@ def _gather_attention(
     query_pos = (ctx - qlens)[:, None] + j[None, :]  # [B, max_q]
     key_pos = torch.arange(kv_len, device=device)
     mask = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, max_q, L]
+    if window < kv_len:
+        mask &= key_pos[None, None, :] > query_pos[:, :, None] - window
     mask |= (j[None, :] >= qlens[:, None])[:, :, None]
     mask = (
         mask[:, None, None]

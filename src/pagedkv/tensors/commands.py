@@ -8,25 +8,39 @@ import dataclasses
 import sys
 from typing import Any
 
-_FLAGS = {  # GenerateConfig field -> argparse type (None: a switch)
+_FLAGS: dict[str, Any] = {  # GenerateConfig field -> argparse type (None: a switch; a list:
+    # repeatable / several values of that type)
     "model": str,
     "config": str,
     "prompts": str,
+    "prompt": [str],
+    "prompt_format": str,
     "num_prompts": int,
     "prompt_len": int,
     "max_new_tokens": int,
+    "stop_token_ids": [int],
+    "ignore_eos": None,
     "block_size": int,
     "num_gpu_blocks": int,
     "num_cpu_blocks": int,
+    "swap_space": float,
+    "watermark": float,
     "scheduler": str,
+    "max_num_seqs": int,
+    "max_model_len": int,
     "preemption_mode": str,
+    "group_preemption_mode": str,
     "enable_chunked_prefill": None,
     "max_num_batched_tokens": int,
+    "enable_prefix_caching": None,
+    "eviction_policy": str,
     "temperature": float,
     "num_beams": int,
     "dtype": str,
     "seed": int,
 }
+# vLLM's flag name first; the field's own name stays accepted
+_FLAG_NAMES = {"max_new_tokens": ("--max-tokens", "--max-new-tokens")}
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -36,14 +50,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from pagedkv.tensors.generate_config import GenerateConfig
 
     values = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
+    for name, kind in _FLAGS.items():
+        if isinstance(kind, list) and name in values:
+            values[name] = tuple(values[name])
     config = GenerateConfig(**values)
     if args.json:
         check_output_file("--json", args.json)
     result = generate(config)
     say = sys.stderr if is_stdout(args.json) else sys.stdout  # stdout then holds the JSON
     for out in result["outputs"]:
-        ids = " ".join(str(t) for t in out["output_token_ids"])
-        print(f"request {out['request_id']} (prompt {out['prompt_len']}): {ids}", file=say)
+        shown = out.get("output_text")
+        if shown is None:
+            shown = " ".join(str(t) for t in out["output_token_ids"])
+        print(f"request {out['request_id']} (prompt {out['prompt_len']}): {shown}", file=say)
     s, t = result["summary"], result["timing"]
     print(
         f"{s['generated_tokens']} tokens from {s['num_requests']} requests in "
@@ -76,25 +95,31 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
     gen = sub.add_parser(
         "generate",
-        help="Generate tokens with a tiny random-weight model on the real paged KV cache (torch).",
+        help="Generate with a local Hugging Face checkpoint (or a tiny random model) on the "
+        "real paged KV cache (torch).",
         description="Run prompts through the simulator's engine and scheduler with the real "
-        "executor: a decoder (built-in tiny GPT-2 or Llama, or a Hugging Face config.json's "
-        "shape) with random weights from --seed, K/V in a paged cache. Prints the generated "
-        "token ids and tokens/s. Needs torch.",
+        "executor: a local Hugging Face checkpoint directory (--model DIR: GPT-2, Llama, "
+        "Mistral, Qwen2, Qwen3, Gemma), or a built-in tiny GPT-2 / Llama or a config.json's "
+        "shape with random weights from --seed; K/V in a paged cache. Prints the generated "
+        "text (or token ids) and tokens/s. Needs torch.",
     )
     from pagedkv.tensors.generate_config import GenerateConfig  # torch-free
 
     defaults = {f.name: f.default for f in dataclasses.fields(GenerateConfig)}
     helps = {name: field_help(GenerateConfig, name) for name in _FLAGS}
     for name, kind in _FLAGS.items():
-        flag = "--" + name.replace("_", "-")
+        flags = _FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
         text = helps.get(name, "")
-        if name in defaults and defaults[name] is not None and kind is not None:
+        if name in defaults and defaults[name] not in (None, ()) and kind is not None:
             text += f" (default: {defaults[name]})"
         if kind is None:
-            gen.add_argument(flag, dest=name, action="store_true", default=None, help=text)
+            gen.add_argument(*flags, dest=name, action="store_true", default=None, help=text)
+        elif kind == [str]:
+            gen.add_argument(*flags, dest=name, action="append", default=None, help=text)
+        elif isinstance(kind, list):
+            gen.add_argument(*flags, dest=name, type=kind[0], nargs="+", default=None, help=text)
         else:
-            gen.add_argument(flag, dest=name, type=kind, default=None, help=text)
+            gen.add_argument(*flags, dest=name, type=kind, default=None, help=text)
     gen.add_argument(
         "--json",
         metavar="PATH",

@@ -13,7 +13,10 @@ interface (``execute(batch) -> StepResult``). One iteration:
 2. one flattened model input from ``batch.chunks``: each chunk's ``num_new_tokens`` tokens after
    its ``num_cached_tokens``, with slots from the sequence's block table in the allocator;
 3. one forward pass, then one sampled token for each chunk that catches up with its request
-   (greedy, or from a ``torch.Generator`` seeded explicitly); a beam search group's k best
+   (greedy, or a draw seeded per request and token, ``pagedkv.tensors.sampling``: the
+   tokens do not depend on the schedule); a single-sequence request that samples a stop
+   token is reported in ``StepResult.stopped``, and the engine finishes it; a beam search
+   group's k best
    (beam, token) candidates go to its request (``beam_step``), for the scheduler to fork and
    free the beams before the group's next step (``pagedkv.engine.beam``).
 
@@ -28,8 +31,7 @@ table ``start .. start + held - 1``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -38,30 +40,26 @@ from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import ScheduledChunk, SchedulerOutput
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import BlockCopy, KVAllocator, SeqId, SlotCopy
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.tensors.kv_cache import PagedKVCache
 from pagedkv.tensors.model import Decoder, ModelInput
-from pagedkv.validation import check_int
+from pagedkv.tensors.sampling import SamplingConfig, draw_seed, request_seed, sample_rows
+from pagedkv.validation import check_choice
 from pagedkv.workloads.spec import RequestSpec
 
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Greedy (temperature 0) or seeded sampling from softmax(logits / temperature)."""
-
-    temperature: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-            raise ConfigError("temperature", t, "must be a number >= 0 (0: greedy)")
-        check_int("seed", self.seed, 0)
+__all__ = [
+    "SamplingConfig",  # its home is pagedkv.tensors.sampling; imported from here too
+    "TorchExecutor",
+    "block_table",
+    "build_real_engine",
+    "copy_slots",
+]
 
 
 def block_table(kv: KVAllocator, seq_id: SeqId, cache: PagedKVCache) -> list[int]:
@@ -95,7 +93,8 @@ def copy_slots(cache: PagedKVCache, copies: Sequence[SlotCopy]) -> None:
 
 class TorchExecutor:
     """Runs scheduled batches on ``model`` with K/V in ``cache``; ``kv`` is the scheduler's
-    allocator (``scheduler.kv``), read for block tables."""
+    allocator (``scheduler.kv``), read for block tables. ``seeds`` gives requests their own
+    sampling seed (by request id; the others derive theirs from ``sampling.seed``)."""
 
     def __init__(
         self,
@@ -105,12 +104,14 @@ class TorchExecutor:
         sampling: SamplingConfig | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        seeds: Mapping[int, int] | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
         self.kv = kv
         self.sampling = sampling or SamplingConfig()
-        self.generator = torch.Generator(device=model.device).manual_seed(self.sampling.seed)
+        self.seeds = dict(seeds or {})
+        self.stop_token_ids = frozenset(self.sampling.stop_token_ids)
         self.clock = clock
         self.num_steps = 0
         self.num_tokens = 0  # tokens computed (prefill and decode)
@@ -123,16 +124,35 @@ class TorchExecutor:
         cache.copy_blocks([c for c in batch.copies if isinstance(c, BlockCopy)])
         copy_slots(cache, [c for c in batch.copies if isinstance(c, SlotCopy)])
         sampled: dict[object, int] = {}
+        stopped: set[int] = set()
         if batch.chunks:
             inp, samplers = self.prepare(batch.chunks)
             logits = self.model(inp, cache)
-            tokens = self.sample(logits)
+            owners = {seq: c.request for c in batch.chunks for seq in c.request.seq_ids}
+            tokens = self.sample(logits, [self.draw_seed(owners[s], s) for s in samplers])
             sampled = {seq: int(t) for seq, t in zip(samplers, tokens.tolist(), strict=True)}
             if any(c.request.beam is not None for c in batch.chunks):
                 self.beam_step(batch.chunks, samplers, logits)
+            if self.stop_token_ids:
+                stopped = {
+                    owners[seq].request_id
+                    for seq, t in sampled.items()
+                    if t in self.stop_token_ids
+                    and len(owners[seq].seq_ids) == 1
+                    and owners[seq].n == 1
+                    and owners[seq].beam is None
+                }
             self.num_tokens += int(inp.token_ids.numel())
         self.num_steps += 1
-        return StepResult(self.clock() - start, sampled)
+        return StepResult(self.clock() - start, sampled, frozenset(stopped))
+
+    def draw_seed(self, req: Request, seq_id: object) -> int:
+        """The seed of ``seq_id``'s next draw: its request's seed, its index in the group, the
+        index of the output token it samples (``pagedkv.tensors.sampling``)."""
+        seed = self.seeds.get(req.request_id)
+        if seed is None:
+            seed = request_seed(self.sampling.seed, req.request_id)
+        return draw_seed(seed, req.seq_ids.index(seq_id), len(req.outputs_of(seq_id)))
 
     def prepare(self, chunks: Iterable[ScheduledChunk]) -> tuple[ModelInput, list[object]]:
         """The flattened model input of ``chunks``, and the seq ids that sample (in the order
@@ -144,6 +164,7 @@ class TorchExecutor:
         tables: list[list[int]] = []
         ctx_lens: list[int] = []
         q_lens: list[int] = []
+        prompt_lens: list[int] = []
         logit_rows: list[int] = []
         samplers: list[object] = []
         for req, n, cached in chunks:
@@ -166,6 +187,7 @@ class TorchExecutor:
                 tables.append(table)
                 ctx_lens.append(end)
                 q_lens.append(n)
+                prompt_lens.append(req.prompt_len)
                 if end == req.num_tokens:  # caught up: this chunk's last token samples
                     logit_rows.append(len(ids) - 1)
                     samplers.append(seq_id)
@@ -178,6 +200,7 @@ class TorchExecutor:
             context_lens=ctx_lens,
             query_lens=q_lens,
             logits_indices=torch.tensor(logit_rows, dtype=torch.long, device=device),
+            prompt_lens=prompt_lens,
         )
         return inp, samplers
 
@@ -205,14 +228,10 @@ class TorchExecutor:
                 for i, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)
             ]
 
-    def sample(self, logits: torch.Tensor) -> torch.Tensor:
-        """One token per row: argmax, or a draw from softmax(logits / temperature)."""
-        if logits.shape[0] == 0:
-            return torch.empty(0, dtype=torch.long)
-        if self.sampling.temperature == 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / self.sampling.temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+    def sample(self, logits: torch.Tensor, seeds: Sequence[int]) -> torch.Tensor:
+        """One token per row: argmax, or a draw from softmax(logits / temperature) with the
+        row's seed."""
+        return sample_rows(logits, self.sampling.temperature, seeds)
 
 
 def build_real_engine(
@@ -227,12 +246,16 @@ def build_real_engine(
     watermark: float = 0.01,
     check_integrity: bool = False,
     cache_factory: Callable[..., PagedKVCache] = PagedKVCache,
+    enable_prefix_caching: bool = False,
+    eviction_policy: EvictionPolicy | str = EvictionPolicy.LRU,
+    seeds: Mapping[int, int] | None = None,
 ) -> Engine:
     """The simulator's Engine and Scheduler, driving ``model`` on a real paged cache.
 
     As ``pagedkv.simulation.build_engine``: a ``CacheConfig``, the policy's own allocator, the
     policy; then a cache shaped to match (contiguous policies: block_size 1, one block per slot).
     ``cache_factory`` builds the cache (``PagedKVCache``'s signature), e.g. a checking subclass.
+    ``seeds``: per-request sampling seeds (``TorchExecutor``).
     """
     sched = scheduler or SchedulerConfig(max_model_len=model.config.max_position)
     cache_cfg = CacheConfig(
@@ -240,6 +263,8 @@ def build_real_engine(
         block_size=block_size,
         num_cpu_blocks=num_cpu_blocks,
         watermark=watermark,
+        enable_prefix_caching=enable_prefix_caching,
+        eviction_policy=check_choice("eviction_policy", eviction_policy, EvictionPolicy),
     )
     policy = SCHEDULERS[sched.scheduler]
     kv = policy.make_allocator(cache_cfg, sched)
@@ -255,5 +280,5 @@ def build_real_engine(
         device=model.device,
         num_cpu_blocks=num_cpu_blocks if paged else 0,
     )
-    executor = TorchExecutor(model, cache, kv, sampling)
+    executor = TorchExecutor(model, cache, kv, sampling, seeds=seeds)
     return Engine(policy(sched, kv), executor, workload, check_integrity=check_integrity)

@@ -1,4 +1,4 @@
-"""A small decoder (GPT-2 or Llama) whose attention reads and writes the paged KV cache.
+"""A small decoder (GPT-2 or the Llama family) whose attention reads and writes the paged KV cache.
 
 A forward pass takes one flattened batch (``ModelInput``): the new tokens of every scheduled
 sequence, concatenated, with their positions and cache slots, and per sequence its block table,
@@ -26,6 +26,8 @@ from pagedkv.errors import ConfigError
 from pagedkv.tensors.attention import paged_attention
 from pagedkv.tensors.kv_cache import PagedKVCache
 from pagedkv.tensors.model_config import DecoderConfig
+from pagedkv.tensors.rope import Rope
+from pagedkv.tensors.weights import random_weights, read_state_dict
 
 
 @dataclass
@@ -39,10 +41,8 @@ class ModelInput:
     context_lens: list[int]  # [S] tokens each sequence attends to (cached + new)
     query_lens: list[int]  # [S] new tokens of each sequence (sum = T)
     logits_indices: torch.Tensor  # [N] long: rows of T whose logits are returned
-
-
-def _hf_prefixes(arch: str) -> tuple[str, str]:
-    return ("transformer.", "transformer.h.") if arch == "gpt2" else ("model.", "model.layers.")
+    prompt_lens: list[int] | None = None  # [S] prompt length of each sequence (longrope); None:
+    # each sequence's context length
 
 
 def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -71,17 +71,21 @@ class Decoder:
         self.layers = layers
         self.dtype = self.weights["embed"].dtype
         self.device = self.weights["embed"].device
-        if config.arch == "llama":
-            # RoPE inverse frequencies, as HF's default rope: theta^(-2i/d), in float32
-            d = config.head_dim
-            exponent = torch.arange(0, d, 2, dtype=torch.int64).float() / d
-            self.inv_freq = (1.0 / (config.rope_theta**exponent)).to(self.device)
+        self.rope = Rope(config, self.device) if config.arch == "llama" else None
+        # GPT-2's score scale per layer (scale_attn_weights, scale_attn_by_inverse_layer_idx);
+        # None: 1 / sqrt(head_dim)
+        self.scales: list[float | None] = [None] * config.num_layers
+        if config.arch == "gpt2":
+            base = config.head_dim**-0.5 if config.scale_attn_weights else 1.0
+            inverse = config.scale_attn_by_inverse_layer_idx
+            self.scales = [base / (i + 1) if inverse else base for i in range(config.num_layers)]
 
     # ----- construction -------------------------------------------------------------------------
     @classmethod
     def from_hf(cls, model: Any, *, config: Any = None) -> Decoder:
-        """From a Hugging Face ``GPT2LMHeadModel``/``LlamaForCausalLM`` (or its state dict with
-        ``config`` = its config). Tensors keep the model's dtype and device."""
+        """From a Hugging Face causal LM of a supported family (``pagedkv.tensors.hf_config``),
+        or its state dict with ``config`` = its config. The state dict is checked strictly
+        (``pagedkv.tensors.weights``). Tensors keep the model's dtype and device."""
         if isinstance(model, Mapping):
             if config is None:
                 raise ConfigError("config", None, "a state dict needs its Hugging Face config")
@@ -89,47 +93,8 @@ class Decoder:
         else:
             state = model.state_dict()
             config = model.config if config is None else config
-        cfg = DecoderConfig.from_hf(config)
-        top, per_layer = _hf_prefixes(cfg.arch)
-
-        def get(name: str) -> torch.Tensor:
-            if name not in state:
-                raise ConfigError("state_dict", name, "missing from the Hugging Face weights")
-            return state[name].detach()
-
-        weights: dict[str, torch.Tensor] = {}
-        layers: list[dict[str, torch.Tensor]] = []
-        if cfg.arch == "gpt2":
-            weights["embed"] = get(top + "wte.weight")
-            weights["pos_embed"] = get(top + "wpe.weight")
-            weights["norm_w"], weights["norm_b"] = get(top + "ln_f.weight"), get(top + "ln_f.bias")
-            names = {
-                "ln1_w": "ln_1.weight", "ln1_b": "ln_1.bias",
-                "qkv_w": "attn.c_attn.weight", "qkv_b": "attn.c_attn.bias",
-                "o_w": "attn.c_proj.weight", "o_b": "attn.c_proj.bias",
-                "ln2_w": "ln_2.weight", "ln2_b": "ln_2.bias",
-                "fc_w": "mlp.c_fc.weight", "fc_b": "mlp.c_fc.bias",
-                "proj_w": "mlp.c_proj.weight", "proj_b": "mlp.c_proj.bias",
-            }  # fmt: skip
-        else:
-            weights["embed"] = get(top + "embed_tokens.weight")
-            weights["norm_w"] = get(top + "norm.weight")
-            names = {
-                "ln1_w": "input_layernorm.weight",
-                "q_w": "self_attn.q_proj.weight",
-                "k_w": "self_attn.k_proj.weight",
-                "v_w": "self_attn.v_proj.weight",
-                "o_w": "self_attn.o_proj.weight",
-                "ln2_w": "post_attention_layernorm.weight",
-                "gate_w": "mlp.gate_proj.weight",
-                "up_w": "mlp.up_proj.weight",
-                "down_w": "mlp.down_proj.weight",
-            }
-        for i in range(cfg.num_layers):
-            layers.append({k: get(f"{per_layer}{i}.{v}") for k, v in names.items()})
-        weights["lm_head"] = (
-            state["lm_head.weight"].detach() if "lm_head.weight" in state else (weights["embed"])
-        )
+        cfg = config if isinstance(config, DecoderConfig) else DecoderConfig.from_hf(config)
+        weights, layers = read_state_dict(cfg, state)
         return cls(cfg, weights, layers)
 
     @classmethod
@@ -141,54 +106,9 @@ class Decoder:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> Decoder:
-        """Random weights from ``seed`` (normal, std 0.02, as HF's initializer_range; norms 1,
-        biases 0): the built-in demo, no download."""
-        g = torch.Generator().manual_seed(seed)
-        c = config
-        h, d, kvh = c.hidden_size, c.head_dim, c.num_kv_heads
-
-        def normal(*shape: int) -> torch.Tensor:
-            return (torch.randn(shape, generator=g) * 0.02).to(dtype=dtype, device=device)
-
-        def ones(n: int) -> torch.Tensor:
-            return torch.ones(n, dtype=dtype, device=device)
-
-        def zeros(n: int) -> torch.Tensor:
-            return torch.zeros(n, dtype=dtype, device=device)
-
-        weights = {"embed": normal(c.vocab_size, h), "norm_w": ones(h)}
-        layers: list[dict[str, torch.Tensor]] = []
-        for _ in range(c.num_layers):
-            if c.arch == "gpt2":
-                layers.append(
-                    {
-                        "ln1_w": ones(h), "ln1_b": zeros(h),
-                        "qkv_w": normal(h, 3 * h), "qkv_b": zeros(3 * h),
-                        "o_w": normal(h, h), "o_b": zeros(h),
-                        "ln2_w": ones(h), "ln2_b": zeros(h),
-                        "fc_w": normal(h, c.intermediate_size), "fc_b": zeros(c.intermediate_size),
-                        "proj_w": normal(c.intermediate_size, h), "proj_b": zeros(h),
-                    }
-                )  # fmt: skip
-            else:
-                layers.append(
-                    {
-                        "ln1_w": ones(h),
-                        "q_w": normal(c.num_heads * d, h),
-                        "k_w": normal(kvh * d, h),
-                        "v_w": normal(kvh * d, h),
-                        "o_w": normal(h, c.num_heads * d),
-                        "ln2_w": ones(h),
-                        "gate_w": normal(c.intermediate_size, h),
-                        "up_w": normal(c.intermediate_size, h),
-                        "down_w": normal(h, c.intermediate_size),
-                    }
-                )
-        if c.arch == "gpt2":
-            weights["pos_embed"] = normal(c.max_position, h)
-            weights["norm_b"] = zeros(h)
-        weights["lm_head"] = weights["embed"] if c.tie_word_embeddings else normal(c.vocab_size, h)
-        return cls(c, weights, layers)
+        """Random weights from ``seed`` (``weights.random_weights``): the built-in demo."""
+        weights, layers = random_weights(config, seed=seed, dtype=dtype, device=device)
+        return cls(config, weights, layers)
 
     def make_cache(
         self, num_blocks: int, block_size: int, *, num_cpu_blocks: int = 0
@@ -217,13 +137,15 @@ class Decoder:
             )
         w = self.weights
         x = w["embed"][inp.token_ids]
+        rope = None
         if c.arch == "gpt2":
             x = x + w["pos_embed"][inp.positions]
-            rope = None
         else:
-            freqs = inp.positions.float()[:, None] * self.inv_freq[None, :]
-            emb = torch.cat((freqs, freqs), dim=-1)  # [T, head_dim], HF's rotate_half layout
-            rope = (emb.cos().to(self.dtype), emb.sin().to(self.dtype))
+            if c.embed_scale:  # Gemma: sqrt(hidden_size), rounded to the weights' dtype first
+                x = x * torch.tensor(c.hidden_size**0.5, dtype=x.dtype)
+            assert self.rope is not None
+            prompts = inp.prompt_lens if inp.prompt_lens is not None else inp.context_lens
+            rope = self.rope.cos_sin(inp.positions, prompts, inp.query_lens, self.dtype)
         for i, layer in enumerate(self.layers):
             if c.arch == "gpt2":
                 x = self._gpt2_layer(i, layer, x, inp, cache)
@@ -258,6 +180,8 @@ class Decoder:
             inp.block_tables,
             inp.context_lens,
             inp.query_lens,
+            self.scales[i],
+            sliding_window=self.config.layer_window(i),
         )
         return out.reshape(out.shape[0], -1)
 
@@ -291,20 +215,30 @@ class Decoder:
     ) -> torch.Tensor:
         c = self.config
         h = self._rms_norm(x, p["ln1_w"])
-        q = (h @ p["q_w"].T).reshape(-1, c.num_heads, c.head_dim)
-        k = (h @ p["k_w"].T).reshape(-1, c.num_kv_heads, c.head_dim)
-        v = (h @ p["v_w"].T).reshape(-1, c.num_kv_heads, c.head_dim)
+        q = _linear(h, p, "q").reshape(-1, c.num_heads, c.head_dim)
+        k = _linear(h, p, "k").reshape(-1, c.num_kv_heads, c.head_dim)
+        v = _linear(h, p, "v").reshape(-1, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:  # Qwen3: RMSNorm over each head's width, before the rotation
+            q, k = self._rms_norm(q, p["q_norm"]), self._rms_norm(k, p["k_norm"])
         q, k = _apply_rope(q, rope), _apply_rope(k, rope)
-        x = x + self._attend(i, q, k, v, inp, cache) @ p["o_w"].T
+        x = x + _linear(self._attend(i, q, k, v, inp, cache), p, "o")
         h = self._rms_norm(x, p["ln2_w"])
-        h = _activation(c.activation, h @ p["gate_w"].T) * (h @ p["up_w"].T)
-        return x + h @ p["down_w"].T
+        h = _activation(c.activation, _linear(h, p, "gate")) * _linear(h, p, "up")
+        return x + _linear(h, p, "down")
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # as HF's LlamaRMSNorm: normalise in float32 (or wider), scale in the weights' dtype
+        # as HF's LlamaRMSNorm: normalise in float32 (or wider), scale in the weights' dtype;
+        # Gemma's scales by 1 + weight in float32 and rounds after
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
         wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.config.norm_eps)
+        if self.config.norm_unit_offset:
+            return (wide * (1.0 + weight.to(wide.dtype))).to(x.dtype)
         return weight * wide.to(x.dtype)
+
+
+def _linear(x: torch.Tensor, p: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """``x @ W.T (+ b)`` for the projection ``name`` (nn.Linear's layout), bias if it has one."""
+    return F.linear(x, p[name + "_w"], p.get(name + "_b"))
 
 
 def _apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

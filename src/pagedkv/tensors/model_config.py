@@ -1,7 +1,9 @@
 """The small decoder's shape: one frozen, validated config for both architectures.
 
 ``gpt2``: learned positions, LayerNorm, GELU MLP, biases everywhere, fused ``c_attn``.
-``llama``: rotary positions (RoPE), RMSNorm, grouped-query attention, SwiGLU MLP, no biases.
+``llama``: rotary positions (RoPE), RMSNorm, grouped-query attention, SwiGLU MLP; with the
+flags below it also covers Llama 3.1+ (scaled RoPE), Qwen2/2.5 (q/k/v biases), Qwen3 (q/k
+norms), Mistral (sliding window) and Gemma (scaled embeddings, 1 + weight norms).
 
 ``DecoderConfig.from_hf`` reads a Hugging Face config (a ``PretrainedConfig`` or the dict of a
 ``config.json``); ``tiny_config`` gives the built-in random-init demo shapes. Nothing here
@@ -23,6 +25,7 @@ ARCHITECTURES = ("gpt2", "llama")
 # Hugging Face activation names -> (torch function, GELU approximation). GPT-2 uses "gelu_new",
 # the tanh approximation of GELU (Hendrycks & Gimpel 2016, eq. in section 2).
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 
 
 def _check_positive_float(field: str, value: object) -> float:
@@ -48,6 +51,31 @@ class DecoderConfig:
     rope_theta: float = help_field(10000.0, "RoPE base (llama; > 0).")
     activation: str = help_field("silu", "MLP activation (Hugging Face name).")
     tie_word_embeddings: bool = help_field(False, "lm_head shares the token embedding.")
+    model_type: str = help_field("", "The Hugging Face model_type it was read from ('': built in).")
+    qkv_bias: bool = help_field(
+        False, "llama: q/k/v projections have biases (Qwen2, attention_bias)."
+    )
+    o_bias: bool = help_field(False, "llama: the output projection has a bias (attention_bias).")
+    mlp_bias: bool = help_field(False, "llama: the MLP projections have biases (mlp_bias).")
+    qk_norm: bool = help_field(False, "llama: RMSNorm of each q/k head before RoPE (Qwen3).")
+    sliding_window: int | None = help_field(
+        None, "llama: a query sees only the last sliding_window keys, itself included (Mistral)."
+    )
+    sliding_layers: tuple[bool, ...] = help_field(
+        (), "Which layers use sliding_window (Qwen2/Qwen3 layer_types); (): all of them."
+    )
+    rope_type: str = help_field("default", "RoPE variant: " + ", ".join(ROPE_TYPES) + ".")
+    rope_scaling: tuple[tuple[str, Any], ...] = help_field(
+        (), "The RoPE variant's parameters (name, value), sorted by name."
+    )
+    scale_attn_weights: bool = help_field(True, "gpt2: scores scaled by 1 / sqrt(head_dim).")
+    scale_attn_by_inverse_layer_idx: bool = help_field(
+        False, "gpt2: layer i's scores also scaled by 1 / (i + 1)."
+    )
+    embed_scale: bool = help_field(False, "llama: embeddings times sqrt(hidden_size) (Gemma).")
+    norm_unit_offset: bool = help_field(
+        False, "llama: RMSNorm scales by 1 + weight, in float32 (Gemma)."
+    )
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES:
@@ -76,6 +104,20 @@ class DecoderConfig:
                 )
         _check_positive_float("norm_eps", self.norm_eps)
         _check_positive_float("rope_theta", self.rope_theta)
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, 1)
+        if self.sliding_layers and len(self.sliding_layers) != self.num_layers:
+            raise ConfigError(
+                "sliding_layers",
+                len(self.sliding_layers),
+                f"must be num_layers = {self.num_layers}",
+            )
+        if self.rope_type not in ROPE_TYPES:
+            raise ConfigError(
+                "rope_type", self.rope_type, "must be one of " + ", ".join(ROPE_TYPES)
+            )
+        if self.arch == "gpt2" and (self.rope_type != "default" or self.sliding_window):
+            raise ConfigError("arch", "gpt2", "has learned positions: no RoPE, no sliding window")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(
                 "activation", self.activation, "must be one of " + ", ".join(ACTIVATIONS)
@@ -83,7 +125,10 @@ class DecoderConfig:
 
     @classmethod
     def from_hf(cls, config: Any) -> DecoderConfig:
-        """From a Hugging Face config object, the dict of a ``config.json``, or its path."""
+        """From a Hugging Face config object, the dict of a ``config.json``, or its path
+        (``pagedkv.tensors.hf_config``: the families it reads, the features it refuses)."""
+        from pagedkv.tensors.hf_config import read_hf_config
+
         if isinstance(config, (str, Path)):
             try:
                 config = json.loads(Path(config).read_text(encoding="utf-8"))
@@ -92,50 +137,17 @@ class DecoderConfig:
                     "config", str(config), f"must be a readable JSON file ({exc})"
                 ) from exc
         data: Mapping[str, Any] = config if isinstance(config, Mapping) else config.to_dict()
-        model_type = data.get("model_type")
-        if model_type == "gpt2":
-            heads = data.get("n_head", 12)
-            hidden = data.get("n_embd", 768)
-            inner = data.get("n_inner")
-            return cls(
-                arch="gpt2",
-                vocab_size=data.get("vocab_size", 50257),
-                hidden_size=hidden,
-                num_layers=data.get("n_layer", 12),
-                num_heads=heads,
-                num_kv_heads=heads,
-                head_dim=hidden // heads,
-                intermediate_size=inner if inner is not None else 4 * hidden,
-                max_position=data.get("n_positions", 1024),
-                norm_eps=data.get("layer_norm_epsilon", 1e-5),
-                activation=data.get("activation_function", "gelu_new"),
-                tie_word_embeddings=bool(data.get("tie_word_embeddings", True)),
-            )
-        if model_type == "llama":
-            heads = data["num_attention_heads"]
-            hidden = data["hidden_size"]
-            rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-            rope_type = rope.get("rope_type", rope.get("type", "default"))
-            if rope_type != "default":
-                raise ConfigError("rope_type", rope_type, "only 'default' RoPE is implemented")
-            if data.get("attention_bias") or data.get("mlp_bias"):
-                raise ConfigError("attention_bias", True, "llama without biases only")
-            return cls(
-                arch="llama",
-                vocab_size=data["vocab_size"],
-                hidden_size=hidden,
-                num_layers=data["num_hidden_layers"],
-                num_heads=heads,
-                num_kv_heads=data.get("num_key_value_heads") or heads,
-                head_dim=data.get("head_dim") or hidden // heads,
-                intermediate_size=data["intermediate_size"],
-                max_position=data.get("max_position_embeddings", 2048),
-                norm_eps=data.get("rms_norm_eps", 1e-6),
-                rope_theta=rope.get("rope_theta", data.get("rope_theta", 10000.0)),
-                activation=data.get("hidden_act", "silu"),
-                tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-            )
-        raise ConfigError("model_type", model_type, "must be 'gpt2' or 'llama'")
+        return cls(**read_hf_config(data))
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of one layer (None: it sees the whole context)."""
+        if self.sliding_window is None or (self.sliding_layers and not self.sliding_layers[layer]):
+            return None
+        return self.sliding_window
+
+    def rope_param(self, name: str, default: Any = None) -> Any:
+        """One parameter of ``rope_scaling`` (``default`` if absent)."""
+        return dict(self.rope_scaling).get(name, default)
 
 
 def tiny_config(arch: str) -> DecoderConfig:
