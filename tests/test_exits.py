@@ -3,13 +3,17 @@ the served-nothing report counts and groups the reject reasons."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pagedkv
 from pagedkv import exits
 from pagedkv.cli import main
 
@@ -90,3 +94,49 @@ def test_rejects_are_counted_and_grouped(draws: list[tuple[str, int, int]]) -> N
     assert counted == len(records)
     sizes = [int(m[1]) for m in groups]
     assert sizes == sorted(sizes, reverse=True)  # the largest groups first
+
+
+def test_version_answers_without_importing_the_simulator() -> None:
+    code = (
+        "import sys; from pagedkv.cli import main; assert main(['--version']) == 0; "
+        "assert 'pagedkv.simulation' not in sys.modules and 'numpy' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"pagedkv {pagedkv.__version__}\n"
+
+
+def test_a_missing_extra_is_one_line_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else real(name, *a)
+    )
+    out = tmp_path / "lesson"
+    assert main(["experiment", "lesson", "--quick", "--out", str(out)]) == exits.EXIT_MISSING_EXTRA
+    err = capsys.readouterr().err
+    assert err == (
+        "pagedkv: error: this command needs scipy, which is not installed: "
+        "pip install 'pagedkv[plot]'\n"
+    )
+    assert not out.exists()  # nothing ran
+
+
+def test_generate_without_torch_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+        "from pagedkv.cli import main\n"
+        "sys.exit(main(['generate', '--prompts', '1,2,3']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == exits.EXIT_MISSING_EXTRA, done.stderr
+    assert "pip install 'pagedkv[torch]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_any_other_missing_module_is_a_bug_and_shows() -> None:
+    exc = ModuleNotFoundError("No module named 'nonexistent'", name="nonexistent")
+    assert exits.missing_extra(exc) is None
+    with pytest.raises(ModuleNotFoundError):
+        exits.require("pagedkv_no_such_module")

@@ -8,7 +8,7 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError
 from pagedkv.io import (
+    LONG_LIST,
     OutputError,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     check_output_dir,
     check_output_file,
+    dumps_json,
     is_stdout,
     output_set,
 )
@@ -292,3 +294,38 @@ def test_the_check_agrees_with_the_write(kinds: list[str]) -> None:
             assert path.read_text() == "data"
             assert path.is_symlink() == was_link
         assert not list(root.rglob(".*.tmp"))
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=40) | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+    ),
+    max_leaves=200,
+)
+
+
+@given(_JSON)
+def test_dumps_json_round_trips_and_keeps_the_indented_format_of_short_lists(data: object) -> None:
+    text = dumps_json(data)
+    assert json.loads(text) == data
+    assert text == dumps_json(json.loads(text))  # deterministic, a fixed point
+    if max((len(v) for v in _lists(data)), default=0) <= LONG_LIST:
+        assert text == json.dumps(data, sort_keys=True, indent=2) + "\n"  # json's own text
+
+
+def _lists(value: object) -> Iterator[list[object]]:
+    if isinstance(value, list):
+        yield value
+        for v in value:
+            yield from _lists(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _lists(v)
+
+
+def test_a_long_list_puts_one_element_on_each_line() -> None:
+    records = [{"b": i, "a": [i]} for i in range(LONG_LIST + 1)]
+    lines = dumps_json({"requests": records}).splitlines()
+    assert lines[2] == '    {"a": [0], "b": 0},'
+    assert len(lines) == len(records) + 4

@@ -25,9 +25,11 @@ from pagedkv.exits import (
     EXIT_BROKEN_PIPE,
     EXIT_DEADLOCK,
     EXIT_INTERRUPTED,
+    EXIT_MISSING_EXTRA,
     EXIT_OK,
     EXIT_SERVED_NOTHING,
     EXIT_WRITE_FAILED,
+    missing_extra,
     served_nothing,
 )
 from pagedkv.exits import epilog as exit_codes_epilog
@@ -314,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (``pagedkv.exits``). No traceback for a user's mistake,
     a full disk, a Ctrl-C or a closed pipe: one line on stderr (none for the pipe)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # answered before the parser imports the simulator
+        print(f"pagedkv {__version__}")
+        return EXIT_OK
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
@@ -324,6 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PagedKVError as exc:
         print(f"pagedkv: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:
+        line = missing_extra(exc)
+        if line is None:
+            raise
+        print(f"pagedkv: error: {line}", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
     except KeyboardInterrupt:
         print("pagedkv: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

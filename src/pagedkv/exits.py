@@ -4,6 +4,7 @@ explain the unhappy ones. ``docs/cli.md`` has the same table (a test keeps them 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ EXIT_BAD_INPUT = 2  # argparse's code for a bad command line too
 EXIT_DEADLOCK = 3
 EXIT_SERVED_NOTHING = 4
 EXIT_WRITE_FAILED = 5
+EXIT_MISSING_EXTRA = 6
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head -1`
 
@@ -51,6 +53,12 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
         "every command that writes",
     ),
     (
+        EXIT_MISSING_EXTRA,
+        "the command needs an optional dependency that is not installed: one line names "
+        "the extra to install (pip install 'pagedkv[torch]'); nothing ran",
+        "generate, experiment, reproduce, report, plan, sweep",
+    ),
+    (
         EXIT_INTERRUPTED,
         "interrupted (Ctrl-C): one line on stderr; no temporary file is left (sweep keeps "
         "its finished points)",
@@ -63,6 +71,29 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     ),
 )
 """(code, meaning, commands): the one table of exit codes."""
+
+EXTRAS = {
+    "torch": "torch",
+    "safetensors": "torch",
+    "tokenizers": "torch",
+    "matplotlib": "plot",
+    "scipy": "plot",
+    "pandas": "data",
+    "ray": "ray",
+    "pyarrow": "sweep",
+    "transformers": "hf",
+}
+"""Optional top-level module -> the pyproject.toml extra that installs it."""
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one line for an optional module that is not installed, or None if ``exc`` is
+    about any other module (a bug: let it show)."""
+    name = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(name)
+    if extra is None:
+        return None
+    return f"this command needs {name}, which is not installed: pip install 'pagedkv[{extra}]'"
 
 
 def epilog() -> str:
@@ -112,3 +143,12 @@ def served_nothing(records: Sequence[Mapping[str, Any]]) -> list[str]:
             "(--json has each request's reject_reason)"
         )
     return lines
+
+
+def require(*modules: str) -> None:
+    """Before any work: raise ``ModuleNotFoundError`` for the first of ``modules`` that is
+    not installed (``main`` turns it into one line naming the extra, exit 6), so a command
+    never computes for a minute and then dies for want of a plotting library."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pagedkv.exits import require
 from pagedkv.io import check_output_dir
 
 RESULT_FILES = ("results.json", "results.csv")
@@ -63,6 +64,7 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
+    require("matplotlib", "scipy")  # plots and intervals: pagedkv[plot]
     from pagedkv.experiments import framework
     from pagedkv.experiments.registry import get_experiment
 
@@ -80,6 +82,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
+    require("matplotlib", "scipy")
     from pagedkv.experiments.claims import run_claims
 
     out = Path(args.out) if args.out else Path("results")
@@ -92,6 +95,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    require("matplotlib", "scipy")
     from pagedkv.experiments.reproduce import reproduce
 
     out = Path(args.out or "results")

@@ -11,6 +11,10 @@ from typing import Any
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from pagedkv.exits import require
+
+    if args.block_map:
+        require("matplotlib")
     from pagedkv.errors import PagedKVError
     from pagedkv.io import check_output_dir, check_output_file, is_stdout
     from pagedkv.report.html import build_report

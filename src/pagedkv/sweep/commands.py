@@ -47,6 +47,10 @@ def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pagedkv.exits import require
+
+    if args.backend == "ray":
+        require("ray")
     from pagedkv.sweep.spec import SweepSpec
     from pagedkv.sweep.sweep import run_sweep
 
@@ -79,6 +83,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     import yaml
+
+    from pagedkv.exits import require
+
+    require("matplotlib", *(["ray"] if args.backend == "ray" else []))  # plan.png
 
     from pagedkv.errors import ConfigError
     from pagedkv.sweep.plan import run_plan

@@ -44,12 +44,19 @@ _FLAG_NAMES = {"max_new_tokens": ("--max-tokens", "--max-new-tokens")}
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from pagedkv.exits import EXIT_DEADLOCK, EXIT_OK, EXIT_SERVED_NOTHING, served_nothing
+    from pagedkv.exits import (
+        EXIT_DEADLOCK,
+        EXIT_OK,
+        EXIT_SERVED_NOTHING,
+        require,
+        served_nothing,
+    )
     from pagedkv.io import atomic_write_json, check_output_file, is_stdout
     from pagedkv.tensors.generate import generate
     from pagedkv.tensors.generate_config import GenerateConfig
 
     values = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
+    require("torch")  # before the config: nothing of generate runs without it
     for name, kind in _FLAGS.items():
         if isinstance(kind, list) and name in values:
             values[name] = tuple(values[name])
