@@ -132,6 +132,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to the ``pagedkv`` parser."""
     sweep = sub.add_parser(
         "sweep",
+        allow_abbrev=False,
         help="Run a grid of simulations (local processes or Ray) into one table; resumable.",
         description="Run every point of SPEC.yaml (a grid of simulate options x seeds) on local "
         "processes or Ray, into one tidy table (CSV and Parquet), resumable.",
@@ -150,6 +151,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
     plan = sub.add_parser(
         "plan",
+        allow_abbrev=False,
         help="Find each candidate deployment's highest rate inside the SLOs; rank by cost.",
         description="For each candidate (GPU x tensor-parallel degree x block size x "
         "scheduler), bisect on request rate for the highest rate at which every seed meets "

@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
     gen = sub.add_parser(
         "generate",
+        allow_abbrev=False,
         help="Generate tokens with a tiny random-weight model on the real paged KV cache (torch).",
         description="Run prompts through the simulator's engine and scheduler with the real "
         "executor: a decoder (built-in tiny GPT-2 or Llama, or a Hugging Face config.json's "
