@@ -3,12 +3,20 @@
 Each config field carries its help text in ``metadata["help"]`` (the CLI reuses it), and each
 ``__post_init__`` validates with the checks below, raising ``ConfigError`` that names the field,
 the value given and what is allowed, before any work starts.
+
+A numeric field is declared with its finite bounds (``int_field``, ``float_field``): they are
+stored in ``metadata["bounds"]``, appended to the help text ("Allowed: an integer in [1,
+65536].") and checked by ``check_bounds(config)`` at the top of ``__post_init__``. A float
+field rejects NaN and the infinities; every bound is finite, so no value that passes can
+overflow what it sizes later.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pagedkv.errors import ConfigError
@@ -29,14 +37,101 @@ def field_help(cls: type, name: str) -> str:
     raise KeyError(name)
 
 
-def check_int(field: str, value: object, minimum: int | None = None) -> int:
-    """``value`` must be an int (not a bool, not a float) and at least ``minimum``."""
+def check_int(
+    field: str, value: object, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """``value`` must be an int (not a bool, not a float), at least ``minimum`` and at most
+    ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, int):
         pass
-    elif minimum is None or value >= minimum:
+    elif (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value  # the message below is only built for an error: this is on hot paths
-    allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
+    if minimum is not None and maximum is not None:
+        allowed = f"must be an integer in [{minimum}, {maximum}]"
+    elif maximum is not None:
+        allowed = f"must be an integer <= {maximum}"
+    else:
+        allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
     raise ConfigError(field, value, allowed)
+
+
+def check_float(
+    field: str,
+    value: object,
+    lo: float,
+    hi: float,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> float:
+    """``value`` must be a real number (an int or a float, not a bool, not NaN, not infinite)
+    in the range from ``lo`` to ``hi`` (each end excluded when its ``*_open`` is set)."""
+    allowed = "must be " + Bounds(lo, hi, False, lo_open, hi_open).describe()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(field, value, allowed)
+    x = float(value) if isinstance(value, float) or abs(value) < 2**1023 else math.inf
+    above = x > lo if lo_open else x >= lo
+    below = x < hi if hi_open else x <= hi
+    if not (math.isfinite(x) and above and below):
+        raise ConfigError(field, value, allowed)
+    return x
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The finite range a numeric config field allows (see the module docstring)."""
+
+    lo: float
+    hi: float
+    integer: bool
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def describe(self) -> str:
+        """``an integer in [1, 65536]`` / ``a finite number in (0, 1)``."""
+        left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+        kind = "an integer" if self.integer else "a finite number"
+        return f"{kind} in {left}{_num(self.lo)}, {_num(self.hi)}{right}"
+
+    def check(self, field: str, value: object) -> Any:
+        if self.integer:
+            return check_int(field, value, int(self.lo), int(self.hi))
+        check_float(field, value, self.lo, self.hi, lo_open=self.lo_open, hi_open=self.hi_open)
+        return value  # kept as given (an int stays an int: the config's JSON does not change)
+
+
+def _num(x: float) -> str:
+    if isinstance(x, int) or x.is_integer():
+        n = int(x)
+        return f"2^{n.bit_length() - 1}" if n >= 2**20 and n & (n - 1) == 0 else str(n)
+    return repr(x)
+
+
+def int_field(default: Any, help: str, lo: int, hi: int) -> Any:
+    """A dataclass field holding an integer in ``[lo, hi]`` (or the default, None included)."""
+    return bounded_field(default, help, Bounds(lo, hi, True))
+
+
+def float_field(
+    default: Any, help: str, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False
+) -> Any:
+    """A dataclass field holding a finite real number between ``lo`` and ``hi``."""
+    return bounded_field(default, help, Bounds(lo, hi, False, lo_open, hi_open))
+
+
+def bounded_field(default: Any, help: str, bounds: Bounds) -> Any:
+    text = f"{help} Allowed: {bounds.describe()}."
+    return dataclasses.field(default=default, metadata={"help": text, "bounds": bounds})
+
+
+def check_bounds(config: object) -> None:
+    """Check every field of ``config`` declared with bounds (None passes: "unset")."""
+    assert dataclasses.is_dataclass(config)
+    for f in dataclasses.fields(config):
+        bounds = f.metadata.get("bounds")
+        value = getattr(config, f.name)
+        if bounds is not None and value is not None:
+            object.__setattr__(config, f.name, bounds.check(f.name, value))
 
 
 def check_fraction(field: str, value: object, *, lo: float = 0.0, hi: float = 1.0) -> float:
