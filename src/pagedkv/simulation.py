@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
@@ -47,6 +45,7 @@ from pagedkv.validation import (
     float_field,
     help_field,
     int_field,
+    read_yaml,
 )
 from pagedkv.workloads.config import WorkloadConfig
 from pagedkv.workloads.factory import make_workload
@@ -208,7 +207,7 @@ class SimulationConfig:
         cls, path: str | Path, overrides: Mapping[str, Any] | None = None
     ) -> SimulationConfig:
         """Flat keys from a YAML file (safe loader), then ``overrides`` on top."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        data = read_yaml("config", path) or {}  # not UTF-8, bad YAML: one error naming the file
         if not isinstance(data, dict):
             raise ConfigError("config", str(path), "must be a YAML mapping of option: value")
         return cls.from_flat({**data, **(overrides or {})})

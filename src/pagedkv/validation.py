@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pagedkv.errors import ConfigError
@@ -159,3 +161,42 @@ def check_choice(field: str, value: object, enum_type: type[E]) -> E:
             return member
     allowed = "must be one of " + ", ".join(repr(m.value) for m in enum_type)
     raise ConfigError(field, value, allowed)
+
+
+def read_text(field: str, path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of the file at ``path``, a leading byte order mark dropped; one
+    ``ConfigError`` naming ``field`` and the file (and the line of a byte that is not UTF-8)
+    when it is missing, a directory, unreadable or not UTF-8."""
+    name = os.fspath(path)
+    try:
+        data = Path(name).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(field, name, "must be a file, not a directory") from None
+    except FileNotFoundError:
+        raise ConfigError(field, name, "no such file") from None
+    except OSError as e:
+        raise ConfigError(field, name, f"cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(
+            field, name, f"must be UTF-8 text (line {line}: byte 0x{data[e.start]:02x} is not)"
+        ) from None
+
+
+def read_yaml(field: str, path: str | os.PathLike[str]) -> Any:
+    """The YAML document of the file at ``path`` (safe loader; None when empty), or one
+    ``ConfigError`` naming the file and the line of the problem."""
+    import yaml
+
+    text = read_text(field, path)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(
+            field, os.fspath(path), f"must be valid YAML ({where}{problem})"
+        ) from None

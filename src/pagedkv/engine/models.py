@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_choice, check_int
+from pagedkv.validation import check_choice, check_int, read_text
 
 
 class Architecture(enum.Enum):
@@ -207,10 +207,9 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
+    text = read_text("model", file)  # missing, a directory, not UTF-8: one error naming it
     try:
-        raw = json.loads(file.read_text())
-    except OSError as err:
-        raise ConfigError("model", str(path), f"must be a readable config.json ({err})") from err
+        raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError("model", str(file), f"must be valid JSON ({err})") from err
     if not isinstance(raw, dict):

@@ -81,7 +81,7 @@ class Scheduler(abc.ABC):
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVAllocator:
         """The memory this policy runs on, with the capacity of ``cache``."""
 
-    @classmethod
+    @classmethod  # noqa: B027 (an optional hook, so not abstract)
     def check_memory(cls, cache: CacheConfig, config: SchedulerConfig) -> None:
         """Raise the ``ConfigError`` that ``make_allocator`` would raise for ``cache``, without
         allocating (a sweep checks every point with it before any runs). Paged memory refuses

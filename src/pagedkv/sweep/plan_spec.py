@@ -25,14 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.engine.gpus import get_gpu
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import FLAT_KEYS, SimulationConfig
 from pagedkv.sweep.bisect import MIN_TOLERANCE
 from pagedkv.sweep.spec import _seeds
-from pagedkv.validation import check_bounds, check_float, float_field
+from pagedkv.validation import check_bounds, check_float, float_field, read_yaml
 from pagedkv.workloads.config import MAX_RATE, MIN_RATE
 
 SLO_METRICS = ("ttft_p99", "tpot_p99", "normalized_latency_p99")
@@ -152,11 +150,7 @@ class PlanSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> PlanSpec:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError("plan", str(path), f"must be a readable YAML file ({exc})") from exc
+        data = read_yaml("plan", path) or {}
         if not isinstance(data, dict):
             raise ConfigError("plan", str(path), "must be a YAML mapping")
         return cls.from_dict({**data, **(overrides or {})})

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import FLAT_KEYS, SimulationConfig, check_buildable
+from pagedkv.validation import read_yaml
 from pagedkv.workloads.config import MAX_SEED, WorkloadConfig
 
 RESERVED = ("grid", "zip", "seeds")
@@ -90,14 +89,7 @@ class SweepSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepSpec:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError("spec", str(path), f"must be a readable YAML file ({exc})") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError("spec", str(path), f"must be valid YAML ({exc})") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(read_yaml("spec", path))
 
     def points(self) -> list[SweepPoint]:
         """Every point, each validated by building its ``SimulationConfig`` now."""

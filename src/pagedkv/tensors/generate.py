@@ -28,7 +28,7 @@ from pagedkv.tensors.executor import SamplingConfig, build_real_engine
 from pagedkv.tensors.generate_config import GenerateConfig
 from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_config import DecoderConfig, tiny_config
-from pagedkv.validation import check_choice
+from pagedkv.validation import check_choice, read_text
 from pagedkv.workloads.spec import RequestSpec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -36,10 +36,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 
 def load_prompts(path: str | Path, vocab_size: int) -> list[tuple[int, ...]]:
     """One prompt per non-empty line: space-separated token ids in [0, vocab_size)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("prompts", str(path), f"must be a readable file ({exc})") from exc
+    text = read_text("prompts", path)
     allowed = f"each line must be space-separated token ids in [0, {vocab_size})"
     out: list[tuple[int, ...]] = []
     for number, line in enumerate(text.splitlines(), start=1):
