@@ -200,3 +200,35 @@ def read_yaml(field: str, path: str | os.PathLike[str]) -> Any:
         raise ConfigError(
             field, os.fspath(path), f"must be valid YAML ({where}{problem})"
         ) from None
+
+
+JsonShape = dict[str, tuple[type, type | None]]
+"""key -> (the JSON type of its value, the type of each item when it is a list, or None)."""
+
+
+def check_json_shape(where: str, data: object, shape: JsonShape, *, required: bool) -> None:
+    """``data`` must be a JSON object whose keys of ``shape`` (all present when ``required``)
+    have the types ``shape`` names; one ``ConfigError`` naming ``where`` (the file) and the key
+    otherwise, so a file of the wrong shape is refused before anything reads it."""
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+    plurals = {dict: "objects", list: "lists", str: "strings", int: "integers"}
+    if not isinstance(data, dict):
+        raise ConfigError(where, type(data).__name__, "must be a JSON object")
+    for key, (kind, item) in shape.items():
+        if key not in data:
+            if required:
+                raise ConfigError(f"{where}: {key}", None, "is missing")
+            continue
+        value = data[key]
+        allowed = f"must be {names.get(kind, kind.__name__)}"
+        if item is not None:
+            allowed += f" of {plurals.get(item, item.__name__)}"
+        if not isinstance(value, kind) or (
+            item is not None and not all(isinstance(v, item) for v in value)
+        ):
+            raise ConfigError(f"{where}: {key}", _short(value), allowed)
+
+
+def _short(value: object, limit: int = 60) -> object:
+    text = repr(value)
+    return value if len(text) <= limit else text[: limit - 3] + "..."

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pagedkv.errors import ConfigError
 from pagedkv.experiments import framework, setups
 from pagedkv.experiments.framework import ExperimentResult
 from pagedkv.experiments.verdict import (
@@ -28,6 +29,7 @@ from pagedkv.experiments.verdict import (
 )
 from pagedkv.io import atomic_write_json, atomic_write_text
 from pagedkv.report import stats
+from pagedkv.validation import JsonShape, check_json_shape, read_text
 
 EVIDENCE = (
     "fragmentation",
@@ -57,9 +59,18 @@ class Claim:
 
 
 def load_result(path: Path) -> ExperimentResult:
-    """An experiment's results.json back as an ``ExperimentResult`` (no timelines, no plots)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """An experiment's results.json back as an ``ExperimentResult`` (no timelines, no plots);
+    one ``ConfigError`` naming the file when it is not JSON or not of the experiments' shape."""
+    text = read_text("results", path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        allowed = f"must be JSON (line {e.lineno}: {e.msg})"
+        raise ConfigError(str(path), _clip(text), allowed) from None
+    check_json_shape(str(path), data, RESULT_SHAPE, required=True)
     cols = data["columns"]
+    if "seed" not in cols:
+        raise ConfigError(f"{path}: columns", _clip(repr(cols)), "must name a 'seed' column")
     cut = cols.index("seed")
     return ExperimentResult(
         experiment=data["experiment"],
@@ -72,6 +83,23 @@ def load_result(path: Path) -> ExperimentResult:
         summary=data["summary"],
         findings=data["findings"],
     )
+
+
+RESULT_SHAPE: JsonShape = {
+    "experiment": (str, None),
+    "title": (str, None),
+    "question": (str, None),
+    "setup": (dict, None),
+    "columns": (list, str),
+    "rows": (list, dict),
+    "summary": (list, dict),
+    "findings": (list, None),
+}
+"""What ``load_result`` reads of a results.json: every key required."""
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def gather(
