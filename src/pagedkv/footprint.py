@@ -22,8 +22,8 @@ from __future__ import annotations
 from pagedkv.errors import ConfigError
 
 GiB = 1 << 30
-MEMORY_CAP_BYTES = 8 * GiB
-"""The most one run may plan to hold: a laptop's memory, far above any workload of the paper
+MEMORY_CAP_BYTES = 4 * GiB
+"""The most one run may plan to hold: half a laptop's memory, far above any workload of the paper
 (a few thousand requests, about 10^5 blocks, a few MB)."""
 BYTES_PER_BLOCK = 256
 BYTES_PER_REQUEST = 2048

@@ -113,7 +113,7 @@ def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
     bad.write_text("1 20\n")
     with pytest.raises(ConfigError, match="line 1"):
         load_prompts(bad, 10)
-    with pytest.raises(ConfigError, match="readable"):
+    with pytest.raises(ConfigError, match="no such file"):
         load_prompts(tmp_path / "missing.txt", 10)
 
 

@@ -185,9 +185,10 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[int, Mapping[str, _Raw]
             continue
         try:
             row = json.loads(content)
-        except json.JSONDecodeError as e:
+        except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
             raise TraceError(
-                path, line, "json", _clip(content), f"must be a JSON object ({e.msg})"
+                path, line, "json", _clip(content), f"must be a JSON object ({msg})"
             ) from None
         if not isinstance(row, dict):
             raise TraceError(path, line, "json", _clip(content), "must be a JSON object")
@@ -246,7 +247,7 @@ def _to_spec(
             value = int(raw) if len(raw.strip()) <= 20 else maximum + 1  # no 10^6-digit parse
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise TraceError(
-                path, line, name, _clip(str(raw)), f"must be an integer in [{minimum}, {maximum}]"
+                path, line, name, _clip(raw) if isinstance(raw, str) else raw, f"must be an integer in [{minimum}, {maximum}]"
             )
         return value
 
