@@ -247,7 +247,11 @@ def _to_spec(
             value = int(raw) if len(raw.strip()) <= 20 else maximum + 1  # no 10^6-digit parse
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise TraceError(
-                path, line, name, _clip(raw) if isinstance(raw, str) else raw, f"must be an integer in [{minimum}, {maximum}]"
+                path,
+                line,
+                name,
+                _clip(raw) if isinstance(raw, str) else raw,
+                f"must be an integer in [{minimum}, {maximum}]",
             )
         return value
 
