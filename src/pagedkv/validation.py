@@ -223,8 +223,9 @@ def check_json_shape(where: str, data: object, shape: JsonShape, *, required: bo
         allowed = f"must be {names.get(kind, kind.__name__)}"
         if item is not None:
             allowed += f" of {plurals.get(item, item.__name__)}"
+        items = value if isinstance(value, list) else []
         if not isinstance(value, kind) or (
-            item is not None and not all(isinstance(v, item) for v in value)
+            item is not None and not all(isinstance(v, item) for v in items)
         ):
             raise ConfigError(f"{where}: {key}", _short(value), allowed)
 

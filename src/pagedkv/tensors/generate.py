@@ -23,6 +23,7 @@ import torch
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.errors import ConfigError
+from pagedkv.footprint import check_memory
 from pagedkv.memory.block_table import cdiv
 from pagedkv.tensors.executor import SamplingConfig, build_real_engine
 from pagedkv.tensors.generate_config import GenerateConfig
@@ -52,6 +53,17 @@ def load_prompts(path: str | Path, vocab_size: int) -> list[tuple[int, ...]]:
     if not out:
         raise ConfigError("prompts", str(path), "must hold at least one prompt")
     return out
+
+
+def weight_count(shape: DecoderConfig) -> int:
+    """About how many parameters a decoder of ``shape`` has (embeddings, attention, MLP)."""
+    h = shape.hidden_size
+    attention = (
+        2 * h * shape.num_heads * shape.head_dim + 2 * h * shape.num_kv_heads * shape.head_dim
+    )
+    mlp = 3 * h * shape.intermediate_size
+    embeddings = shape.vocab_size * h * (1 if shape.tie_word_embeddings else 2)
+    return embeddings + shape.max_position * h + shape.num_layers * (attention + mlp)
 
 
 def generate(config: GenerateConfig) -> dict[str, Any]:
@@ -89,6 +101,18 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
         num_blocks = config.num_beams * sum(
             cdiv(len(p) + config.max_new_tokens, config.block_size) for p in prompts
         )
+    # The weights and the K/V tensors (GPU and CPU pools), checked before they are allocated.
+    size = torch.empty((), dtype=DTYPES[config.dtype]).element_size()
+    slot_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * size
+    blocks = num_blocks + config.num_cpu_blocks
+    weights = size * weight_count(shape)
+    check_memory(
+        "num_gpu_blocks",
+        num_blocks,
+        f"{blocks} K/V blocks x {config.block_size} slots x {slot_bytes} B and {weights} B of "
+        "weights",
+        blocks * config.block_size * slot_bytes + weights,
+    )
     model = Decoder.random(shape, seed=config.seed, dtype=DTYPES[config.dtype])
     specs = [
         RequestSpec(i, len(p), config.max_new_tokens, token_ids=p, beam_width=config.num_beams)

@@ -5,10 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagedkv.engine.config import PreemptionMode
+from pagedkv.engine.config import MAX_BATCHED_TOKENS, PreemptionMode
 from pagedkv.errors import ConfigError
+from pagedkv.memory.config import MAX_BLOCK_SIZE, MAX_BLOCKS
 from pagedkv.tensors.model_config import ARCHITECTURES
-from pagedkv.validation import check_bool, check_choice, check_int, help_field
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_int,
+    float_field,
+    help_field,
+    int_field,
+)
+from pagedkv.workloads.config import MAX_SAMPLES
+from pagedkv.workloads.token_ids import check_ids
+
+MAX_PROMPTS = 1 << 16
+MAX_LEN = 1 << 20
+"""Tokens of a prompt or of an output: a real model's positions, far above a demo's."""
 
 DTYPE_NAMES = ("float32", "float64", "bfloat16")
 
@@ -20,26 +35,35 @@ class GenerateConfig:
     model: str = help_field("llama", "Built-in tiny model: 'gpt2' or 'llama'.")
     config: str | None = help_field(None, "A Hugging Face config.json (gpt2/llama) instead.")
     prompts: str | None = help_field(None, "File of prompts, one per line: space-separated ids.")
-    num_prompts: int = help_field(8, "Random prompts when no file is given (>= 1).")
-    prompt_len: int = help_field(32, "Length of each random prompt (>= 1).")
-    max_new_tokens: int = help_field(16, "Tokens generated per prompt (>= 1).")
-    block_size: int = help_field(16, "Token slots per KV block (>= 1).")
-    num_gpu_blocks: int | None = help_field(
-        None, "KV blocks in the pool; default: room for every request at once."
+    num_prompts: int = int_field(8, "Random prompts when no file is given.", 1, MAX_PROMPTS)
+    prompt_len: int = int_field(32, "Length of each random prompt.", 1, MAX_LEN)
+    max_new_tokens: int = int_field(16, "Tokens generated per prompt.", 1, MAX_LEN)
+    block_size: int = int_field(16, "Token slots per KV block.", 1, MAX_BLOCK_SIZE)
+    num_gpu_blocks: int | None = int_field(
+        None, "KV blocks in the pool; default: room for every request at once.", 1, MAX_BLOCKS
     )
-    num_cpu_blocks: int = help_field(64, "Blocks of the CPU swap pool (>= 0).")
+    num_cpu_blocks: int = int_field(64, "Blocks of the CPU swap pool.", 0, MAX_BLOCKS)
     scheduler: str = help_field("vllm", "Scheduling policy (see `pagedkv simulate --help`).")
     preemption_mode: str = help_field("recompute", "'recompute' or 'swap'.")
     enable_chunked_prefill: bool = help_field(False, "Chunked prefill (vLLM v1).")
-    max_num_batched_tokens: int | None = help_field(None, "Token budget of one iteration.")
-    temperature: float = help_field(0.0, "0: greedy; else seeded sampling at this temperature.")
-    num_beams: int = help_field(
-        1, "Beam search width per prompt (>= 1; 1: none); the output is the best beam."
+    max_num_batched_tokens: int | None = int_field(
+        None, "Token budget of one iteration.", 1, MAX_BATCHED_TOKENS
+    )
+    temperature: float = float_field(
+        0.0, "0: greedy; else seeded sampling at this temperature.", 0.0, 100.0
+    )
+    num_beams: int = int_field(
+        1, "Beam search width per prompt (1: none); the output is the best beam.", 1, MAX_SAMPLES
     )
     dtype: str = help_field("float32", "float32, float64 or bfloat16.")
-    seed: int = help_field(0, "Seed of the weights, the random prompts and the sampling.")
+    seed: int = int_field(
+        0, "Seed of the weights, the random prompts and the sampling.", 0, 2**63 - 1
+    )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
+        if self.prompts is None:  # the random prompts' ids, before any is drawn
+            check_ids("num_prompts", self.num_prompts, self.num_prompts * self.prompt_len)
         if self.config is None and self.model not in ARCHITECTURES:
             raise ConfigError("model", self.model, "must be one of " + ", ".join(ARCHITECTURES))
         check_int("num_prompts", self.num_prompts, 1)

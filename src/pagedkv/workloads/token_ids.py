@@ -51,12 +51,10 @@ from pagedkv.footprint import (
 from pagedkv.footprint import (
     MEMORY_CAP_BYTES as MAX_BYTES,
 )
-from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.spec import MAX_TOKEN_ID, RequestSpec
 
 SPAN = 1 << 24
 """Ids per owner: more tokens than any one prompt or output (16.7M)."""
-MAX_TOKEN_ID = 2**63 - 1
-"""Ids are packed as int64 by the block hash."""
 MAX_OWNER = MAX_TOKEN_ID // SPAN - 1
 MAX_PREFIX_ID = MAX_OWNER // 2
 """The largest shared prefix number whose ids fit an int64 (2^38 - 1)."""
@@ -68,8 +66,8 @@ def check_ids(field: str, value: object, new_ids: int, repeated_ids: int = 0) ->
     check_memory(
         field,
         value,
-        f"{new_ids} token ids x {BYTES_PER_TOKEN_ID} B + {repeated_ids} repeated x "
-        f"{BYTES_PER_REPEATED_ID} B",
+        f"{new_ids} token ids x {BYTES_PER_TOKEN_ID} B"
+        + (f" + {repeated_ids} repeated x {BYTES_PER_REPEATED_ID} B" if repeated_ids else ""),
         token_id_bytes(new_ids, repeated_ids),
     )
 
