@@ -201,10 +201,12 @@ class WorkloadConfig:
         "'sharegpt-like', 'alpaca-like', 'fixed' or 'uniform' (with their length fields). "
         "Default: 'sharegpt-like' for shared-prefix, 'alpaca-like' for chat.",
     )
-    shots: int | None = help_field(
+    shots: int | None = int_field(
         None,
         "Translation examples in the shared prompt (kind 'translation'): 1 (an 80-token "
         "prefix) or 5 (341 tokens), as in the vLLM paper's §6.3. Default 1.",
+        1,
+        5,
     )
     num_sessions: int | None = int_field(
         None, f"Chat sessions (kind 'chat', default {DEFAULT_NUM_SESSIONS}).", 1, MAX_REQUESTS
