@@ -41,8 +41,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from pagedkv import footprint
 from pagedkv.errors import ConfigError
-from pagedkv.footprint import BYTES_PER_REQUEST, MEMORY_CAP_BYTES, check_memory
+from pagedkv.footprint import BYTES_PER_REQUEST, check_memory
 from pagedkv.io import atomic_write_text
 from pagedkv.validation import read_text
 from pagedkv.workloads.config import MAX_TOKENS
@@ -78,7 +79,7 @@ def read_trace(path: str | Path) -> list[RequestSpec]:
     first_line_of: dict[int, int] = {}
     sessions: dict[str, _Turn] = {}
     previous = 0.0
-    max_requests = MEMORY_CAP_BYTES // BYTES_PER_REQUEST
+    max_requests = footprint.MEMORY_CAP_BYTES // BYTES_PER_REQUEST
     for index, (line, row) in enumerate(rows):
         if index == max_requests:
             check_memory(
