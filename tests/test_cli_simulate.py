@@ -233,8 +233,16 @@ BAD_NUMBERS = [
     (lambda _: ["--num-gpu-blocks", str(1 << 30)], "num_gpu_blocks: got 1073741824; would make"),
     (
         lambda _: (
-            ["--workload", "fixed", "--prompt-len", "8", "--output-len", "8"]
-            + ["--num-requests", str(10**9)]
+            [
+                "--workload",
+                "fixed",
+                "--prompt-len",
+                "8",
+                "--output-len",
+                "8",
+                "--num-requests",
+                str(10**9),
+            ]
         ),
         "num_requests: got 1000000000",
     ),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest

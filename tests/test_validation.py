@@ -81,7 +81,8 @@ def test_every_numeric_field_has_finite_bounds_in_its_help() -> None:
             seen += 1
             bounds = f.metadata.get("bounds")
             assert isinstance(bounds, Bounds), f"{cls.__name__}.{f.name} has no bounds"
-            assert math.isfinite(bounds.lo) and math.isfinite(bounds.hi)
+            assert math.isfinite(bounds.lo)
+            assert math.isfinite(bounds.hi)
             assert bounds.lo <= bounds.hi
             assert f"Allowed: {bounds.describe()}." in f.metadata["help"]
     assert seen >= 60  # every config above has several
