@@ -38,8 +38,8 @@ def check_memory(field: str, value: object, what: str, nbytes: int) -> None:
         raise ConfigError(
             field,
             value,
-            f"would make one run hold about {nbytes / GiB:.3g} GiB ({what}), over the "
-            f"{MEMORY_CAP_BYTES / GiB:g} GiB a run may hold (pagedkv.footprint)",
+            f"would make one run hold about {_size(nbytes)} ({what}), over the "
+            f"{_size(MEMORY_CAP_BYTES)} a run may hold (pagedkv.footprint)",
         )
 
 
@@ -51,3 +51,7 @@ def run_bytes(num_blocks: int, num_requests: int) -> int:
 def token_id_bytes(new_ids: int, repeated_ids: int = 0) -> int:
     """The estimate for ``new_ids`` token ids made and ``repeated_ids`` referenced again."""
     return new_ids * BYTES_PER_TOKEN_ID + repeated_ids * BYTES_PER_REPEATED_ID
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / GiB:.3g} GiB" if nbytes >= GiB else f"{nbytes / (1 << 20):.3g} MiB"

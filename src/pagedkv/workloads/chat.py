@@ -59,7 +59,8 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
     system = prefix_ids(0, config.prefix_len) if config.prefix_len else ()
     system_columns = (("prefix_id", "0"), ("prefix_len", str(len(system)))) if system else ()
     max_len = config.max_model_len
-    _check_footprint(sessions, turns, len(system), messages, outputs, max_len)
+    new, repeated = chat_id_counts(sessions, turns, len(system), messages, outputs, max_len)
+    check_ids("num_sessions", sessions, new, repeated)
     specs: list[RequestSpec] = []
     for s in range(sessions):
         history: tuple[int, ...] = system  # the conversation so far, prompt and output ids
@@ -97,26 +98,27 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
     return specs
 
 
-def _check_footprint(
+def chat_id_counts(
     sessions: int,
     turns: int,
     system: int,
     messages: Sequence[int],
     outputs: Sequence[int],
     max_len: int,
-) -> None:
-    """The ids ``chat_workload`` would make, from the lengths alone (the same walk: a turn
-    repeats the conversation so far and adds its message and output), checked before any."""
-    new = repeated = 0
+) -> tuple[int, int]:
+    """The ids ``chat_workload`` makes and repeats, from the lengths alone (the same walk: a
+    turn repeats the conversation so far, the system prompt included, and makes its message's
+    and its output's ids), so they are checked against the footprint cap before any is made."""
+    new, repeated = system, 0
     for s in range(sessions):
         history = system
         for t in range(turns):
             i = s * turns + t
-            prompt = history + messages[i]
+            prompt = history + int(messages[i])
             if prompt > max_len - 1:
                 break
-            output = min(outputs[i], max_len - prompt)
+            output = min(int(outputs[i]), max_len - prompt)
             repeated += history
-            new += messages[i] + output
+            new += prompt - history + output
             history = prompt + output
-    check_ids("num_sessions", sessions, int(new) + system, int(repeated))
+    return new, repeated

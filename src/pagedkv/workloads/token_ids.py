@@ -146,10 +146,11 @@ the previous turn finishes (a trace's own arrival times include the server's ans
 cannot tell the user's think time)."""
 
 
-def _check_sessions(specs: Sequence[RequestSpec], source: str) -> None:
-    """What chaining would hold, from the lengths alone: each turn makes its own ids and
-    repeats the conversation before it (the previous turn's prompt and output). Refused over
-    the footprint cap, naming the largest session."""
+def session_id_counts(specs: Sequence[RequestSpec]) -> tuple[int, dict[str, int]]:
+    """What ``chain_sessions`` would hold, from the lengths alone: (ids it makes, the ids each
+    session repeats). A turn makes its message's and its output's ids and repeats the
+    conversation before it (the previous turn's prompt and output), so a session's repeats
+    grow with the square of its turns."""
     previous: dict[str, int] = {}  # session -> its conversation so far, in tokens
     repeated: dict[str, int] = {}
     new = 0
@@ -161,6 +162,13 @@ def _check_sessions(specs: Sequence[RequestSpec], source: str) -> None:
         repeated[session] = repeated.get(session, 0) + before
         new += r.final_len - min(before, r.prompt_len)
         previous[session] = r.final_len
+    return new, repeated
+
+
+def _check_sessions(specs: Sequence[RequestSpec], source: str) -> None:
+    """Refuse chaining over the footprint cap before any id is made, naming the file and the
+    session that repeats the most."""
+    new, repeated = session_id_counts(specs)
     worst = max(repeated, key=repeated.__getitem__)  # a session_id column: one at least
     field = f"{source}: session {worst!r}"
     check_ids(field, f"{repeated[worst]} repeated token ids", new, sum(repeated.values()))
