@@ -96,6 +96,12 @@ def test_generate_from_a_hf_config_json(tmp_path: Path) -> None:
         (["--scheduler", "nope"], "scheduler"),
         (["--prompt-len", "500"], "max_position"),
         (["--temperature", "-1"], "temperature"),
+        (["--temperature", "nan"], "temperature: got nan"),
+        (["--num-gpu-blocks", str(10**10)], "num_gpu_blocks: got 10000000000"),
+        (["--num-gpu-blocks", str(10**7)], "num_gpu_blocks: got 10000000; would make one run"),
+        (["--num-prompts", "65536", "--prompt-len", "100000"], "num_prompts: got 65536; would"),
+        (["--seed", str(2**64)], "seed"),
+        (["--num-beams", "100000"], "num_beams"),
     ],
 )
 def test_bad_input_exits_2(
