@@ -25,6 +25,7 @@ from pagedkv.tensors.generate_config import GenerateConfig
 from pagedkv.tensors.model_config import DecoderConfig
 from pagedkv.validation import (
     Bounds,
+    JsonShape,
     check_float,
     check_int,
     check_json_shape,
@@ -173,7 +174,7 @@ def test_read_yaml_names_the_line_of_a_syntax_error(tmp_path: Path) -> None:
 
 
 def test_json_shape_names_the_key() -> None:
-    shape = {"rows": (list, dict), "title": (str, None)}
+    shape: JsonShape = {"rows": (list, dict), "title": (str, None)}
     check_json_shape("r.json", {"rows": [{}], "title": "t"}, shape, required=True)
     check_json_shape("r.json", {}, shape, required=False)
     for data, key in (

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from pagedkv import simulation
 from pagedkv.cli import main
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import SimulationConfig, build_engine
 from pagedkv.sweep.spec import SweepSpec
 from pagedkv.sweep.sweep import run_sweep
+from pagedkv.workloads.factory import make_workload
 from tests.sweep.helpers import SMALL_SPEC
 
 
@@ -145,13 +145,13 @@ def test_each_distinct_workload_is_made_once_for_the_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made: list[object] = []
-    real = simulation.make_workload
+    real = make_workload
 
     def counting(config: Any) -> Any:
         made.append(config)
         return real(config)
 
-    monkeypatch.setattr(simulation, "make_workload", counting)
+    monkeypatch.setattr("pagedkv.simulation.make_workload", counting)
     points = SweepSpec.from_dict({**SMALL_SPEC, "seeds": 2}).points()
     assert len(points) == 24
     assert len(made) == len(set(made)) == 2 * 3  # two seeds x three zipped rates

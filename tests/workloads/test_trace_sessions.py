@@ -270,7 +270,8 @@ def _entries(specs: list[RequestSpec]) -> int:
 def test_the_footprint_estimate_counts_every_id_chaining_makes(
     turns: list[tuple[str, int, int]],
 ) -> None:
-    specs, conversation = [], {}
+    specs: list[RequestSpec] = []
+    conversation: dict[str, int] = {}
     for i, (session, message, output) in enumerate(turns):
         prompt = conversation.get(session, 0) + message + 1
         conversation[session] = prompt + output
