@@ -230,7 +230,10 @@ BAD_NUMBERS = [
     (_yaml("swap_space: 1.0e+12\n"), "swap_space: got 1000000000000.0"),
     (lambda _: ["--block-size", str(10**30)], f"block_size: got {10**30}; must be an integer in"),
     (lambda _: ["--num-gpu-blocks", str(10**10)], "num_gpu_blocks: got 10000000000"),
-    (lambda _: ["--num-gpu-blocks", str(1 << 30)], "num_gpu_blocks: got 1073741824; would make"),
+    (
+        lambda _: ["--num-gpu-blocks", str(1 << 30)],
+        "num_gpu_blocks: got 1073741824; must keep a run within 4 GiB",
+    ),
     (
         lambda _: (
             [

@@ -38,8 +38,8 @@ def check_memory(field: str, value: object, what: str, nbytes: int) -> None:
         raise ConfigError(
             field,
             value,
-            f"would make one run hold about {_size(nbytes)} ({what}), over the "
-            f"{_size(MEMORY_CAP_BYTES)} a run may hold (pagedkv.footprint)",
+            f"must keep a run within {_size(MEMORY_CAP_BYTES)} of memory (pagedkv.footprint); "
+            f"it would hold about {_size(nbytes)} ({what})",
         )
 
 

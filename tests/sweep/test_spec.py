@@ -95,7 +95,7 @@ def test_cli_bad_spec_exits_2_and_writes_nothing(
     [
         # a contiguous policy's space must hold max_model_len: 40 blocks x 16 < 2048
         ({"scheduler": ["vllm", "orca-max"]}, "max_model_len", "must be <= capacity (640)"),
-        ({"num_gpu_blocks": [200, 1 << 30]}, "num_gpu_blocks", "would make one run hold"),
+        ({"num_gpu_blocks": [200, 1 << 30]}, "num_gpu_blocks", "would hold about"),
     ],
 )
 def test_what_the_engine_build_refuses_is_refused_when_the_spec_is_read(

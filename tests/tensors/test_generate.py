@@ -98,8 +98,11 @@ def test_generate_from_a_hf_config_json(tmp_path: Path) -> None:
         (["--temperature", "-1"], "temperature"),
         (["--temperature", "nan"], "temperature: got nan"),
         (["--num-gpu-blocks", str(10**10)], "num_gpu_blocks: got 10000000000"),
-        (["--num-gpu-blocks", str(10**7)], "num_gpu_blocks: got 10000000; would make one run"),
-        (["--num-prompts", "65536", "--prompt-len", "100000"], "num_prompts: got 65536; would"),
+        (["--num-gpu-blocks", str(10**7)], "num_gpu_blocks: got 10000000; must keep a run within"),
+        (
+            ["--num-prompts", "65536", "--prompt-len", "100000"],
+            "num_prompts: got 65536; must keep a run",
+        ),
         (["--seed", str(2**64)], "seed"),
         (["--num-beams", "100000"], "num_beams"),
     ],

@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
+from pagedkv.footprint import BYTES_PER_BLOCK, check_memory
 from pagedkv.validation import (
     check_bool,
     check_bounds,
@@ -90,6 +91,14 @@ class CacheConfig:
             check_choice("eviction_policy", self.eviction_policy, EvictionPolicy),
         )
         check_bool("enable_pinned_prefixes", self.enable_pinned_prefixes)
+        blocks = self.num_gpu_blocks + self.num_cpu_blocks
+        field = "num_gpu_blocks" if self.num_gpu_blocks >= self.num_cpu_blocks else "num_cpu_blocks"
+        check_memory(
+            field,
+            getattr(self, field),
+            f"{blocks} blocks x {BYTES_PER_BLOCK} B",
+            blocks * BYTES_PER_BLOCK,
+        )
         if self.enable_pinned_prefixes and self.enable_prefix_caching:
             raise ConfigError(
                 "enable_pinned_prefixes",
@@ -172,6 +181,14 @@ class ContiguousConfig:
         if self.max_model_len < self.block_size:
             raise ConfigError(
                 "max_model_len", self.max_model_len, f"must be >= block_size ({self.block_size})"
+            )
+        if self.reservation is Reservation.SLOTS:  # a list entry per slot, priced as a block
+            slots = self.num_slots
+            check_memory(
+                "capacity",
+                self.capacity,
+                f"{slots} slots x {BYTES_PER_BLOCK} B",
+                slots * BYTES_PER_BLOCK,
             )
         if self.reservation is Reservation.SLOTS and self.placement is not Placement.FIRST_FIT:
             raise ConfigError(
