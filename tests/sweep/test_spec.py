@@ -6,8 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.cli import main
+from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import SimulationConfig, build_engine
 from pagedkv.sweep.spec import SweepSpec
@@ -181,3 +184,42 @@ def test_a_spec_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"UTF-8 text \(line 2") as err:
         SweepSpec.from_yaml(path)
     assert err.value.field == "spec"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    block_size=st.sampled_from([1, 8, 16, 64]),
+    num_gpu_blocks=st.integers(1, 400),
+    max_model_len=st.sampled_from([16, 128, 2048]),
+    workload=st.sampled_from(
+        [
+            {"workload": "alpaca-like", "num_requests": 6},
+            {"workload": "shared-prefix", "prefix_len": 12, "num_prefixes": 3, "num_requests": 9},
+            {"workload": "chat", "num_sessions": 2, "chat_turns": 2},
+        ]
+    ),
+    pinned=st.booleans(),
+)
+def test_a_point_the_spec_accepts_builds(
+    scheduler: str,
+    block_size: int,
+    num_gpu_blocks: int,
+    max_model_len: int,
+    workload: dict[str, Any],
+    pinned: bool,
+) -> None:
+    options = {
+        **workload,
+        "scheduler": scheduler,
+        "block_size": block_size,
+        "num_gpu_blocks": num_gpu_blocks,
+        "max_model_len": max_model_len,
+        "enable_pinned_prefixes": pinned,
+        "cost_model": "unit",
+    }
+    try:
+        (point,) = SweepSpec.from_dict(options).points()
+    except ConfigError:
+        return  # refused when read: nothing to build
+    build_engine(SimulationConfig.from_flat(point.options))  # must not raise
