@@ -134,3 +134,15 @@ def test_parser_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_a_prompt_file_too_large_for_the_cap_is_refused_before_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "p.txt"
+    path.write_text("1 2 3\n" * 1000)
+    assert len(load_prompts(path, 10)) == 1000
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", 1000)
+    with pytest.raises(ConfigError, match="must keep a run within") as err:
+        load_prompts(path, 10)
+    assert err.value.field == "prompts"

@@ -31,6 +31,7 @@ from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_config import DecoderConfig, tiny_config
 from pagedkv.validation import check_choice, read_text
 from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.token_ids import check_ids
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -38,6 +39,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 def load_prompts(path: str | Path, vocab_size: int) -> list[tuple[int, ...]]:
     """One prompt per non-empty line: space-separated token ids in [0, vocab_size)."""
     text = read_text("prompts", path)
+    check_ids("prompts", str(path), len(text) // 2 + 1)  # at most one id per two characters
     allowed = f"each line must be space-separated token ids in [0, {vocab_size})"
     out: list[tuple[int, ...]] = []
     for number, line in enumerate(text.splitlines(), start=1):
