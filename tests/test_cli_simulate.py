@@ -316,3 +316,19 @@ def test_a_trace_with_a_bom_reads_as_without(name: str, content: str, tmp_path: 
         assert data is not None
         results.append(data["requests"])
     assert results[0] == results[1]
+
+
+def test_a_yaml_of_nested_aliases_is_one_short_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    levels = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        a, b = chr(ord("a") + i - 1), chr(ord("a") + i)
+        levels.append(f"&{b} [" + ",".join([f"*{a}"] * 9) + "]")
+    path = tmp_path / "laughs.yaml"
+    path.write_text("block_size: [" + ", ".join(levels) + "]\n")  # 9^9 strings once expanded
+    assert run(["--config", str(path)])[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: block_size: got [[")
+    assert err.count("\n") == 1
+    assert len(err) < 1000

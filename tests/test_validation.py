@@ -171,6 +171,9 @@ def test_read_yaml_names_the_line_of_a_syntax_error(tmp_path: Path) -> None:
         read_yaml("spec", path)
     path.write_text("", encoding="utf-8")
     assert read_yaml("spec", path) is None
+    path.write_text("block_size: 1" + "0" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"must be valid YAML .*4300 digits"):
+        read_yaml("spec", path)  # Python refuses to parse an integer this long
 
 
 def test_json_shape_names_the_key() -> None:

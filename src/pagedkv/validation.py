@@ -200,6 +200,8 @@ def read_yaml(field: str, path: str | os.PathLike[str]) -> Any:
         raise ConfigError(
             field, os.fspath(path), f"must be valid YAML ({where}{problem})"
         ) from None
+    except ValueError as e:  # an integer of over 4300 digits
+        raise ConfigError(field, os.fspath(path), f"must be valid YAML ({e})") from None
 
 
 JsonShape = dict[str, tuple[type, type | None]]

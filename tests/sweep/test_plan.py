@@ -171,3 +171,14 @@ def test_a_plan_file_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"UTF-8 text \(line 2") as err:
         PlanSpec.from_yaml(path)
     assert err.value.field == "plan"
+
+
+@pytest.mark.parametrize("item", ["block_size=[1", "swap_space=1" + "0" * 5000])
+def test_cli_plan_set_with_bad_yaml_is_one_line(
+    item: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--gpu", "A100-40GB=1", "--slo-ttft-p99", "1", "--set", item]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: --set: got ")
+    assert err.count("\n") == 1

@@ -137,6 +137,7 @@ def _tables(out: Path) -> tuple[str, list[dict[str, Any]]]:
         lambda line: b"not json at all\n",
         lambda line: b'{"point_id": 7}\n',  # JSON, not an entry
         lambda line: b'{"point_id": "x", "metrics": [1]}\n',
+        lambda line: b'{"point_id": "x", "n": 1' + b"0" * 5000 + b"}\n",  # int too long
     ],
 )
 def test_a_damaged_journal_line_is_skipped_with_a_warning_and_the_rest_kept(

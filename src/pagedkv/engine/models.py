@@ -210,8 +210,8 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     text = read_text("model", file)  # missing, a directory, not UTF-8: one error naming it
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError("model", str(file), f"must be valid JSON ({err})") from err
+    except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
+        raise ConfigError("model", str(file), f"must be valid JSON ({err})") from None
     if not isinstance(raw, dict):
         raise ConfigError("model", str(file), "must hold a JSON object")
     where = f" (in {file})"

@@ -64,9 +64,9 @@ def load_result(path: Path) -> ExperimentResult:
     text = read_text("results", path)
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
-        allowed = f"must be JSON (line {e.lineno}: {e.msg})"
-        raise ConfigError(str(path), _clip(text), allowed) from None
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+        where = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+        raise ConfigError(str(path), _clip(text), f"must be JSON ({where})") from None
     check_json_shape(str(path), data, RESULT_SHAPE, required=True)
     cols = data["columns"]
     if "seed" not in cols:

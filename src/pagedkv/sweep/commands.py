@@ -84,7 +84,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError("--set", item, "must be KEY=VALUE (a simulate option)")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except (yaml.YAMLError, ValueError) as e:
+            problem = getattr(e, "problem", None) or str(e)
+            allowed = f"must be KEY=VALUE, the value in YAML ({problem})"
+            raise ConfigError("--set", item, allowed) from None
     if args.gpu:
         overrides["gpus"] = dict(_gpu_price(g) for g in args.gpu)
     for key in ("model", "tensor_parallel_sizes", "block_sizes", "schedulers", "seeds"):

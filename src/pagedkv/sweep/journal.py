@@ -75,7 +75,7 @@ def _entry(raw: bytes) -> dict[str, Any] | None:
     """The journal entry on one line, or None when the line is not one."""
     try:
         entry = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except ValueError:  # not UTF-8, not JSON, an integer of over 4300 digits
         return None
     if (
         isinstance(entry, dict)

@@ -79,7 +79,7 @@ def load_sharegpt(
     text = read_text("trace_path", path)  # missing, a directory, not UTF-8: one error
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
         raise ConfigError(str(path), _clip(str(e)), "must be a UTF-8 JSON file") from None
     if not isinstance(data, list):
         raise ConfigError(str(path), type(data).__name__, "must be a JSON list of conversations")
