@@ -190,3 +190,17 @@ def test_json_shape_names_the_key() -> None:
         assert err.value.field == f"r.json: {key}"
     with pytest.raises(ConfigError, match="must be a JSON object"):
         check_json_shape("r.json", [1], shape, required=False)
+
+
+def test_read_text_refuses_a_file_over_its_limit_unread_and_a_device_once_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("a: 1\n" * 100, encoding="utf-8")
+    assert read_text("config", path, max_bytes=500) == "a: 1\n" * 100
+    with pytest.raises(ConfigError, match=r"must be at most 499 bytes \(it has 500\)"):
+        read_text("config", path, max_bytes=499)
+    zero = tmp_path / "zero.csv"
+    zero.symlink_to("/dev/zero")  # endless: stopped at the limit
+    with pytest.raises(ConfigError, match="must be at most 4194304 bytes"):
+        read_text("trace_path", zero, max_bytes=4 << 20)

@@ -17,8 +17,8 @@ import dataclasses
 import enum
 import math
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pagedkv.errors import ConfigError
@@ -163,13 +163,37 @@ def check_choice(field: str, value: object, enum_type: type[E]) -> E:
     raise ConfigError(field, value, allowed)
 
 
-def read_text(field: str, path: str | os.PathLike[str]) -> str:
+MAX_TEXT_BYTES = 64 << 20
+"""The largest config, spec or other small input file read (64 MiB); traces pass their own."""
+MAX_STREAM_BYTES = 256 << 20
+"""The most read from a pipe or a device (its size is not known before): /dev/zero ends here."""
+
+
+def read_text(field: str, path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BYTES) -> str:
     """The UTF-8 text of the file at ``path``, a leading byte order mark dropped; one
     ``ConfigError`` naming ``field`` and the file (and the line of a byte that is not UTF-8)
-    when it is missing, a directory, unreadable or not UTF-8."""
+    when it is missing, a directory, unreadable, longer than ``max_bytes`` (a regular file is
+    refused by its size, unread; anything else, a pipe or a device, once it has given that
+    much) or not UTF-8."""
     name = os.fspath(path)
+    too_long = f"must be at most {max_bytes} bytes"
     try:
-        data = Path(name).read_bytes()
+        with open(name, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode):
+                if info.st_size > max_bytes:
+                    raise ConfigError(field, name, f"{too_long} (it has {info.st_size})")
+                data = f.read()
+            else:  # a pipe or a device: in chunks (read(n) would set aside n bytes first)
+                limit = min(max_bytes, MAX_STREAM_BYTES)
+                chunks: list[bytes] = []
+                got = 0
+                while got <= limit and (chunk := f.read(1 << 20)):
+                    chunks.append(chunk)
+                    got += len(chunk)
+                if got > limit:
+                    raise ConfigError(field, name, f"must be at most {limit} bytes")
+                data = b"".join(chunks)
     except IsADirectoryError:
         raise ConfigError(field, name, "must be a file, not a directory") from None
     except FileNotFoundError:

@@ -247,6 +247,6 @@ def test_a_trace_with_more_lines_than_the_cap_allows_is_refused_at_the_line(
         read_trace(path)
     assert info.value.field == f"{path}:12"  # the 11th request, on line 12
     monkeypatch.setattr(footprint, "MEMORY_CAP_BYTES", 100)  # the file itself is over
-    with pytest.raises(ConfigError, match="a file of") as info:
+    with pytest.raises(ConfigError, match="must be at most 100 bytes") as info:
         read_trace(path)
     assert info.value.field == "trace_path"

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pagedkv import footprint
 from pagedkv.errors import ConfigError
 from pagedkv.experiments import framework, setups
 from pagedkv.experiments.framework import ExperimentResult
@@ -61,7 +62,7 @@ class Claim:
 def load_result(path: Path) -> ExperimentResult:
     """An experiment's results.json back as an ``ExperimentResult`` (no timelines, no plots);
     one ``ConfigError`` naming the file when it is not JSON or not of the experiments' shape."""
-    text = read_text("results", path)
+    text = read_text("results", path, footprint.MEMORY_CAP_BYTES)
     try:
         data = json.loads(text)
     except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pagedkv import footprint
 from pagedkv.errors import ConfigError
-from pagedkv.footprint import check_memory
 from pagedkv.validation import check_int, read_text
 from pagedkv.workloads.spec import RequestSpec
 
@@ -73,10 +73,9 @@ def load_sharegpt(
     check_int("max_model_len", max_model_len, 2)
     check_int("seed", seed, 0)
     count = tokenizer if tokenizer is not None else approx_tokens
-    if path.is_file():  # parsed JSON holds a few times the file's bytes: checked first
-        size = path.stat().st_size
-        check_memory("trace_path", str(path), f"4 x a file of {size} bytes", 4 * size)
-    text = read_text("trace_path", path)  # missing, a directory, not UTF-8: one error
+    # missing, a directory, not UTF-8, larger than a quarter of the footprint cap (its parsed
+    # JSON holds a few times the file's bytes): one error
+    text = read_text("trace_path", path, footprint.MEMORY_CAP_BYTES // 4)
     try:
         data = json.loads(text)
     except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits

@@ -70,10 +70,10 @@ def read_trace(path: str | Path) -> list[RequestSpec]:
     """The requests of a ``.jsonl`` or ``.csv`` trace, in file order (see the module docstring)."""
     path = Path(path)
     suffix = _format(path)
-    _check_size(path)
     # Bytes decoded as they are (no newline translation, so a quoted "\r" inside a CSV cell
-    # survives), a leading BOM dropped; missing, a directory, not UTF-8: one error.
-    text = read_text("trace_path", path)
+    # survives), a leading BOM dropped; missing, a directory, not UTF-8, larger than the
+    # footprint cap (a file this large cannot be a trace one run may hold): one error.
+    text = read_text("trace_path", path, footprint.MEMORY_CAP_BYTES)
     rows = _jsonl_rows(path, text) if suffix == ".jsonl" else _csv_rows(path, text)
     specs: list[RequestSpec] = []
     first_line_of: dict[int, int] = {}
@@ -110,15 +110,6 @@ def read_trace(path: str | Path) -> list[RequestSpec]:
         previous = spec.arrival_time
         specs.append(spec)
     return specs
-
-
-def _check_size(path: Path) -> None:
-    """A file larger than the footprint cap cannot be a trace one run may hold."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return  # read_text names the problem
-    check_memory("trace_path", str(path), f"a file of {size} bytes", size)
 
 
 def write_trace(path: str | Path, requests: list[RequestSpec]) -> Path:
