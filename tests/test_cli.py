@@ -4,6 +4,7 @@ by side, and writes results/bench.json and results/bench.csv (the capacity table
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import io
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pagedkv.cli import main
+from pagedkv.cli import build_parser, main
 from pagedkv.experiments.bench import LESSON_ONLY, SCHEDULERS
 from pagedkv.experiments.lesson_capacity import lesson_capacity
 
@@ -86,3 +87,39 @@ def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and every subparser below it."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out.extend(_parsers(child))
+    return out
+
+
+def test_no_parser_takes_abbreviations() -> None:
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 1 + 8  # the top parser and every subcommand
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--num-gpu", "5"],  # a prefix of --num-gpu-blocks
+        ["simulate", "--burstiness", "0.5"],  # a prefix of --burstiness-cv
+        ["plan", "--tol", "0.1"],  # a prefix of --tolerance
+        ["sweep", "spec.yaml", "--retry"],  # a prefix of --retry-failed
+    ],
+)
+def test_a_prefix_of_a_flag_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    flag = next(a for a in argv if a.startswith("--"))
+    assert "unrecognized arguments" in err
+    assert flag in err.splitlines()[-1]
+    assert "Traceback" not in err

@@ -240,3 +240,138 @@ def test_a_reject_under_the_watermark_names_it(tmp_path: Path) -> None:
     assert code == 0  # the watermark was the cause
     assert data is not None
     assert data["summary"]["memory"]["token_utilization"] is not None
+
+
+def _yaml(text: str | bytes) -> Any:
+    def flags(tmp_path: Path) -> list[str]:
+        path = tmp_path / "c.yaml"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+        return ["--config", str(path)]
+
+    return flags
+
+
+def _trace(name: str, content: str | bytes, *extra: str) -> Any:
+    def flags(tmp_path: Path) -> list[str]:
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        return ["--workload", "trace", "--trace-path", str(path), *extra]
+
+    return flags
+
+
+HEADER = "arrival_time,prompt_len,output_len\n"
+BAD_NUMBERS = [
+    (
+        lambda _: ["--swap-space", "nan"],
+        "swap_space: got nan; must be a finite number in [0, 1024]",
+    ),
+    (lambda _: ["--swap-space", "inf"], "swap_space: got inf"),
+    (lambda _: ["--swap-space", "1e12"], "swap_space: got 1000000000000.0"),
+    (_yaml("swap_space: .nan\n"), "swap_space: got nan"),
+    (_yaml("swap_space: .inf\n"), "swap_space: got inf"),
+    (_yaml("swap_space: 1.0e+12\n"), "swap_space: got 1000000000000.0"),
+    (lambda _: ["--block-size", str(10**30)], f"block_size: got {10**30}; must be an integer in"),
+    (lambda _: ["--num-gpu-blocks", str(10**10)], "num_gpu_blocks: got 10000000000"),
+    (
+        lambda _: ["--num-gpu-blocks", str(1 << 30)],
+        "num_gpu_blocks: got 1073741824; must keep a run within 4 GiB",
+    ),
+    (
+        lambda _: (
+            [
+                "--workload",
+                "fixed",
+                "--prompt-len",
+                "8",
+                "--output-len",
+                "8",
+                "--num-requests",
+                str(10**9),
+            ]
+        ),
+        "num_requests: got 1000000000",
+    ),
+    (lambda _: ["--workload", "sharegpt-like", "--request-rate", "nan"], "request_rate: got nan"),
+    (lambda _: ["--workload", "sharegpt-like", "--request-rate", "inf"], "request_rate: got inf"),
+    (lambda _: ["--watermark", "nan"], "watermark: got nan"),
+    (lambda _: ["--max-model-len", str(1 << 40)], "max_model_len: got 1099511627776"),
+    (lambda _: ["--seed", "-1"], "seed: got -1"),
+    (_trace("t.csv", HEADER + f"0,{10**24},5\n"), f"t.csv:2: prompt_len: got '{10**24}'"),
+    (
+        _trace("t.jsonl", '{"arrival_time":0,"prompt_len":10,"output_len":' + "9" * 5000 + "}\n"),
+        "t.jsonl:1: json",
+    ),
+    (
+        _trace("t.csv", HEADER.strip() + ",prefix_id,prefix_len\n" + f"0,10,5,{10**20},4\n"),
+        f"request 0: prefix_id: got '{10**20}'",
+    ),
+]
+BAD_FILES = [
+    (_yaml(b"workload: lesson\n# caf\xe9\n"), "c.yaml'; must be UTF-8 text (line 2: byte 0xe9"),
+    (_yaml("workload: [lesson\n"), "c.yaml'; must be valid YAML (line 2"),
+    (lambda p: ["--config", str(p)], "must be a file, not a directory"),
+    (lambda p: ["--workload", "trace", "--trace-path", str(p / "d.csv")], "d.csv'; must be a file"),
+    (
+        _trace("t.csv", HEADER + '0,10,"5\n1,10,5\n'),
+        "t.csv:2: csv: got ''; must be valid CSV: a quoted",
+    ),
+    (
+        _trace("t.csv", b"arrival_time,prompt_len,output_len\n0,1\xff,5\n"),
+        "t.csv'; must be UTF-8 text (line 2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("flags", "named"), BAD_NUMBERS + BAD_FILES)
+def test_bad_numbers_and_files_exit_2_with_one_line(
+    flags: Any, named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "d.csv").mkdir()
+    out = tmp_path / "never.json"
+    code, data = run(flags(tmp_path), out)
+    assert (code, data) == (2, None)
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: ")
+    assert err.count("\n") == 1  # one line, no traceback
+    assert named in err
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("t.csv", HEADER + "0,10,5\n1,12,3\n"),
+        ("t.jsonl", '{"arrival_time":0,"prompt_len":10,"output_len":5}\n'),
+    ],
+)
+def test_a_trace_with_a_bom_reads_as_without(name: str, content: str, tmp_path: Path) -> None:
+    plain, bom = tmp_path / "plain", tmp_path / "bom"
+    plain.mkdir()
+    bom.mkdir()
+    (plain / name).write_text(content, encoding="utf-8")
+    (bom / name).write_text("\ufeff" + content, encoding="utf-8")
+    results = []
+    for d in (plain, bom):
+        code, data = run(
+            ["--workload", "trace", "--trace-path", str(d / name), *LESSON[2:]], d / "o.json"
+        )
+        assert code == 0
+        assert data is not None
+        results.append(data["requests"])
+    assert results[0] == results[1]
+
+
+def test_a_yaml_of_nested_aliases_is_one_short_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    levels = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        a, b = chr(ord("a") + i - 1), chr(ord("a") + i)
+        levels.append(f"&{b} [" + ",".join([f"*{a}"] * 9) + "]")
+    path = tmp_path / "laughs.yaml"
+    path.write_text("block_size: [" + ", ".join(levels) + "]\n")  # 9^9 strings once expanded
+    assert run(["--config", str(path)])[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: block_size: got [[")
+    assert err.count("\n") == 1
+    assert len(err) < 1000

@@ -261,6 +261,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="pagedkv",
         description="PagedAttention's memory manager and the lab bench to study it.",
         epilog=exit_codes_epilog(),
@@ -270,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser(
         "bench",
+        allow_abbrev=False,
         help="The main benchmark: the lesson's capacity table and every scheduler side by side.",
         description="What each allocator must hold for the course lesson's 20 requests, then "
         "every scheduler simulated on the lesson and on a ShareGPT-like workload.",
@@ -288,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_cmd_bench)
     simulate = sub.add_parser(
         "simulate",
+        allow_abbrev=False,
         help="Simulate one serving run (pagedkv.simulate) and print its summary.",
         description="Simulate one serving run: a workload, a scheduler and its memory manager, "
         "on a GPU and a model (or the unit clock), and print its summary.",

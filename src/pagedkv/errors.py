@@ -8,9 +8,27 @@ Control flow never uses exceptions: "no room" is returned as ``None``/``False`` 
 
 from __future__ import annotations
 
+import reprlib
+
 
 class PagedKVError(Exception):
     """Base class of every error raised by pagedkv."""
+
+
+class _Shown(reprlib.Repr):
+    """How a bad value is shown: a long string or number whole up to a point, a deep or long
+    container cut (a small YAML file's aliases can nest 10^9 items)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 3000:  # str() of an int over 4300 digits raises
+            return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
+        return super().repr_int(x, level)
+
+
+_SHOWN = _Shown()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict = 2, 8, 8, 8
+_SHOWN.maxset = _SHOWN.maxfrozenset = _SHOWN.maxdeque = 8
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 400, 1000, 200
 
 
 class ConfigError(PagedKVError, ValueError):
@@ -20,7 +38,7 @@ class ConfigError(PagedKVError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}: got {value!r}; {allowed}")
+        super().__init__(f"{field}: got {_SHOWN.repr(value)}; {allowed}")
 
 
 class UnknownSequenceError(PagedKVError, KeyError):

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
@@ -36,10 +34,21 @@ from pagedkv.engine.pinned_prefixes import (
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.sliding import WindowedExecutor, needs_window_pricing
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import CacheConfig, EvictionPolicy
+from pagedkv.footprint import BYTES_PER_BLOCK, BYTES_PER_REQUEST, check_memory, run_bytes
+from pagedkv.memory.config import MAX_BLOCK_SIZE, MAX_BLOCKS, CacheConfig, EvictionPolicy
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import KVCacheManager
-from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_fraction,
+    check_int,
+    float_field,
+    help_field,
+    int_field,
+    read_yaml,
+)
 from pagedkv.workloads.config import WorkloadConfig
 from pagedkv.workloads.factory import make_workload
 
@@ -73,16 +82,27 @@ class HardwareConfig:
         "K/V cache data type, vLLM's --kv-cache-dtype: 'auto' (the model's dtype) or "
         "'fp8'/'fp8_e4m3'/'fp8_e5m2' (1 byte: half the K/V bytes per token of 16 bits).",
     )
-    tensor_parallel_size: int = help_field(1, "GPUs the model is split over (>= 1).")
-    gpu_memory_utilization: float = help_field(
-        0.9, "Fraction of GPU memory for weights, activations and the KV cache, in (0, 1)."
+    tensor_parallel_size: int = int_field(1, "GPUs the model is split over.", 1, 1024)
+    gpu_memory_utilization: float = float_field(
+        0.9,
+        "Fraction of GPU memory for weights, activations and the KV cache.",
+        0.01,
+        1.0,
+        hi_open=True,
     )
-    num_gpu_blocks: int | None = help_field(
-        None, "KV blocks per GPU, overriding what the memory left after the weights holds."
+    num_gpu_blocks: int | None = int_field(
+        None,
+        "KV blocks per GPU, overriding what the memory left after the weights holds.",
+        1,
+        MAX_BLOCKS,
     )
-    swap_space: float = help_field(4.0, "CPU swap space per GPU in GiB (vLLM's default 4).")
-    block_size: int = help_field(16, "Token slots per KV block (>= 1).")
-    watermark: float = help_field(0.01, "Fraction of GPU blocks admission keeps free.")
+    swap_space: float = float_field(
+        4.0, "CPU swap space per GPU in GiB (vLLM's default 4).", 0.0, 1024.0
+    )
+    block_size: int = int_field(16, "Token slots per KV block.", 1, MAX_BLOCK_SIZE)
+    watermark: float = float_field(
+        0.01, "Fraction of GPU blocks admission keeps free.", 0.0, 1.0, hi_open=True
+    )
     enable_prefix_caching: bool = help_field(False, "Reuse cached full blocks of equal prefixes.")
     enable_pinned_prefixes: bool = help_field(
         False,
@@ -100,6 +120,7 @@ class HardwareConfig:
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         get_model(self.model)
         get_gpu(self.gpu)
         object.__setattr__(self, "dtype", check_choice("dtype", self.dtype, ModelDType))
@@ -112,10 +133,6 @@ class HardwareConfig:
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
         if self.num_gpu_blocks is not None:
             check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
-        if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, (int, float)):
-            raise ConfigError("swap_space", self.swap_space, "must be a number of GiB >= 0")
-        if self.swap_space < 0:
-            raise ConfigError("swap_space", self.swap_space, "must be a number of GiB >= 0")
         check_int("block_size", self.block_size, 1)
         check_fraction("watermark", self.watermark)
         check_bool("enable_prefix_caching", self.enable_prefix_caching)
@@ -214,7 +231,7 @@ class SimulationConfig:
         cls, path: str | Path, overrides: Mapping[str, Any] | None = None
     ) -> SimulationConfig:
         """Flat keys from a YAML file (safe loader), then ``overrides`` on top."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        data = read_yaml("config", path) or {}  # not UTF-8, bad YAML: one error naming the file
         if not isinstance(data, dict):
             raise ConfigError("config", str(path), "must be a YAML mapping of option: value")
         return cls.from_flat({**data, **(overrides or {})})
@@ -259,7 +276,11 @@ class SimulationResult:
         return pd.DataFrame(self.steps)
 
 
-def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> Engine:
+def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
+    """The memory and the clock ``build_engine`` gives the policy, with every check it makes
+    before the workload: the pools' footprint (``pagedkv.footprint``), the policy's memory
+    (``check_memory``: a contiguous space must hold max_model_len), the cost model. Cheap:
+    nothing is allocated, so a sweep runs it on every point first (``check_buildable``)."""
     hw, sched = config.hardware, config.scheduler
     model = serving_model(get_model(hw.model), hw.dtype, hw.kv_cache_dtype)
     gpu = get_gpu(hw.gpu)
@@ -277,6 +298,15 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
     cpu_blocks = swap_space_blocks(
         int(hw.swap_space * GiB), model, tensor_parallel_size=tp, block_size=hw.block_size
     )
+    requests = config.workload.planned_requests or 0
+    field = "num_gpu_blocks" if num_blocks >= cpu_blocks else "swap_space"
+    check_memory(
+        field,
+        getattr(hw, field),
+        f"{num_blocks} GPU + {cpu_blocks} CPU blocks x {BYTES_PER_BLOCK} B and {requests} "
+        f"requests x {BYTES_PER_REQUEST} B",
+        run_bytes(num_blocks + cpu_blocks, requests),
+    )
     cache = CacheConfig(
         num_gpu_blocks=num_blocks,
         block_size=hw.block_size,
@@ -286,19 +316,41 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
         enable_pinned_prefixes=hw.enable_pinned_prefixes,
         eviction_policy=hw.eviction_policy,
     )
-    policy = SCHEDULERS[sched.scheduler]
-    kv = policy.make_allocator(cache, sched)
+    SCHEDULERS[sched.scheduler].check_memory(cache, sched)
     cost: CostModel
     if hw.cost_model is CostModelKind.UNIT:
         cost = UnitCost()
     else:
         cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
+    return cache, cost
+
+
+def check_buildable(config: SimulationConfig, checked: set[WorkloadConfig] | None = None) -> None:
+    """Raise the ``ConfigError`` that ``build_engine(config)`` would raise, with its own code:
+    ``engine_parts``, then the workload made once per distinct workload config (``checked``
+    remembers them: a trace read, token ids within their cap), and with pinned prefixes the
+    engine built (the prefixes must fit in the pool)."""
+    engine_parts(config)
+    if config.hardware.enable_pinned_prefixes:
+        build_engine(config)
+    elif checked is None or config.workload not in checked:
+        make_workload(config.workload)
+    if checked is not None:
+        checked.add(config.workload)
+
+
+def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> Engine:
+    hw, sched = config.hardware, config.scheduler
+    cache, cost = engine_parts(config)
+    policy = SCHEDULERS[sched.scheduler]
+    kv = policy.make_allocator(cache, sched)
     specs = make_workload(config.workload)
     executor = SimExecutor(cost)
     windowed = False
-    if isinstance(cost, RooflineCost) and needs_window_pricing(model, sched.max_model_len):
-        assert model.sliding_window is not None  # steps priced with the window: not linear,
-        executor = WindowedExecutor(cost, model.sliding_window)  # so no fast-forward
+    if isinstance(cost, RooflineCost) and needs_window_pricing(cost.model, sched.max_model_len):
+        window = cost.model.sliding_window  # steps priced with the window: not linear,
+        assert window is not None
+        executor = WindowedExecutor(cost, window)  # so no fast-forward
         windowed = True
     engine = Engine(
         policy(sched, kv),

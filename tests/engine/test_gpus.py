@@ -105,7 +105,7 @@ def test_bad_gpu_yaml(tmp_path: Path, text: str, field: str) -> None:
 
 def test_missing_gpu_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.yaml"
-    with pytest.raises(ConfigError, match="readable") as info:
+    with pytest.raises(ConfigError, match="no such file") as info:
         get_gpu(str(missing))
     assert info.value.field == "gpu"
     assert main(["simulate", "--gpu", str(missing), "--quiet"]) == 2

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from pagedkv.cli import main
 from pagedkv.experiments import claims as claims_mod
 from pagedkv.experiments import framework
 from pagedkv.experiments.verdict import VERDICTS, Measurement, Target, verdict_each
@@ -107,3 +109,63 @@ def test_existing_results_are_read_not_rerun(
     monkeypatch.setattr(framework, "run_experiment", fail)
     again = claims_mod.run_claims(out, quick=True, workers=1)
     assert again == claims
+
+
+def _range(statement: str) -> tuple[float | None, float | None]:
+    """The claimed range, read back from the statement's '(claimed: ... in [a, b])' tail."""
+    tail = statement.rsplit("(claimed:", 1)[1]
+    if " in [" in tail:
+        a, b = tail.split(" in [", 1)[1].rstrip("])").split(", ")
+        return float(a), float(b)
+    if ">=" in tail:
+        return float(tail.split(">=")[1].rstrip(")")), None
+    return None, float(tail.split("<=")[1].rstrip(")"))
+
+
+def _damage(results: Path, how: str) -> None:
+    path = results / "fragmentation" / "results.json"
+    data = json.loads(path.read_text())
+    if how == "cut":
+        path.write_text(path.read_text()[:100])
+    elif how == "bad byte":
+        path.write_bytes(b"\xff" + path.read_bytes())
+    elif how == "no columns":
+        del data["columns"]
+        path.write_text(json.dumps(data))
+    elif how == "rows not a list":
+        path.write_text(json.dumps({**data, "rows": {"a": 1}}))
+    elif how == "no seed column":
+        path.write_text(json.dumps({**data, "columns": ["x", "y"]}))
+    elif how == "a list":
+        path.write_text("[1, 2]")
+
+
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("cut", "must be JSON (line "),
+        ("bad byte", "must be UTF-8 text (line 1: byte 0xff"),
+        ("no columns", "results.json: columns: got None; is missing"),
+        ("rows not a list", "results.json: rows: got {'a': 1}; must be a list of objects"),
+        ("no seed column", "must name a 'seed' column"),
+        ("a list", "must be a JSON object"),
+    ],
+)
+def test_a_damaged_results_json_is_one_line_naming_the_file(
+    quick_claims: tuple[Path, list[claims_mod.Claim]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    named: str,
+) -> None:
+    out, _ = quick_claims
+    results = tmp_path / "results"
+    shutil.copytree(out, results)
+    _damage(results, how)
+    monkeypatch.setattr(framework, "run_experiment", lambda *a, **k: pytest.fail("ran"))
+    assert main(["claims", "--out", str(results), "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert str(results / "fragmentation" / "results.json") in err
+    assert named in err

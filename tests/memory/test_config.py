@@ -25,6 +25,10 @@ from pagedkv.validation import field_help
         ({"watermark": 1.0}, "watermark"),
         ({"watermark": -0.1}, "watermark"),
         ({"enable_prefix_caching": 1}, "enable_prefix_caching"),
+        ({"num_gpu_blocks": 10**10}, "num_gpu_blocks"),
+        ({"num_gpu_blocks": 1 << 28}, "num_gpu_blocks"),  # in bounds, over the footprint cap
+        ({"num_cpu_blocks": 1 << 28}, "num_cpu_blocks"),
+        ({"watermark": float("nan")}, "watermark"),
     ],
 )
 def test_cache_config_rejects(kwargs: dict[str, Any], field: str) -> None:
@@ -48,6 +52,8 @@ def test_cache_config_rejects(kwargs: dict[str, Any], field: str) -> None:
         ({"placement": "best-fit"}, "placement"),
         ({"reservation": "exact"}, "reservation"),
         ({"placement": "buddy", "reservation": "slots"}, "placement"),
+        ({"capacity": 2**51}, "capacity"),
+        ({"capacity": 2**50, "max_model_len": 16, "reservation": "slots"}, "capacity"),
     ],
 )
 def test_contiguous_config_rejects(kwargs: dict[str, Any], field: str) -> None:

@@ -58,3 +58,34 @@ def test_report_to_stdout_is_the_page_itself(
     assert main(["report", str(results)]) == 0
     assert page == (results / "report.html").read_text(encoding="utf-8")
     assert not Path("-").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "content", "named"),
+    [
+        (
+            "rate-latency/results.json",
+            '{"summary": 5}',
+            "rate-latency/results.json: summary: got 5",
+        ),
+        ("rate-latency/results.json", '{"rows": [1, 2]}', "rows: got [1, 2]; must be a list of"),
+        ("rate-latency/results.json", '{"setup": []}', "setup: got []; must be an object"),
+        ("rate-latency/results.json", '{"plots": "a.png"}', "plots: got 'a.png'"),
+        ("rate-latency/results.json", '{"title": 3}', "title: got 3; must be a string"),
+        ("rate-latency/results.json", "[]", "must be a JSON object"),
+        ("rate-latency/results.json", '{"rows": [', "cannot be read as JSON"),
+        ("claims/claims.json", '{"claims": [1]}', "claims/claims.json: claims: got [1]"),
+        ("claims/claims.json", '{"claims": {}}', "claims: got {}; must be a list of objects"),
+    ],
+)
+def test_a_results_file_of_the_wrong_shape_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, content: str, named: str
+) -> None:
+    root = make_results(tmp_path / "results")
+    (root / where).write_text(content)
+    assert main(["report", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("pagedkv: error: ")
+    assert named in err
+    assert not (root / "report.html").exists()

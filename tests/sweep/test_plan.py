@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,53 @@ def test_cli_writes_table_csv_json_and_plot(
     assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plan", "--gpu", "A100-80GB", "--out", str(out)]) == 2
     assert "NAME=PRICE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"tolerance": 1e-17}, "tolerance"),  # below float64's spacing: it used to hang
+        ({"tolerance": 0}, "tolerance"),
+        ({"tolerance": math.nan}, "tolerance"),
+        ({"rate_low": math.inf}, "rate_low"),
+        ({"rate_high": 1e300}, "rate_high"),
+        ({"gpus": {"A100-40GB": math.inf}}, "gpus.A100-40GB"),
+        ({"slo": {"ttft_p99": math.nan}}, "slo.ttft_p99"),
+        ({"seeds": 10**7}, "seeds"),
+    ],
+)
+def test_plan_numbers_are_bounded(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        PlanSpec.from_dict({**SMALL_PLAN, **change})
+    assert err.value.field == field
+
+
+def test_cli_plan_refuses_a_tolerance_below_the_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--gpu", "A100-40GB=1", "--slo-ttft-p99", "1", "--tolerance", "1e-17"]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "pagedkv: error: tolerance: got 1e-17; must be a finite number in [1e-09, 10]"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_file_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(b"gpus: {A100-40GB: 1}\n# \xe9\n")
+    with pytest.raises(ConfigError, match=r"UTF-8 text \(line 2") as err:
+        PlanSpec.from_yaml(path)
+    assert err.value.field == "plan"
+
+
+@pytest.mark.parametrize("item", ["block_size=[1", "swap_space=1" + "0" * 5000])
+def test_cli_plan_set_with_bad_yaml_is_one_line(
+    item: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--gpu", "A100-40GB=1", "--slo-ttft-p99", "1", "--set", item]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pagedkv: error: --set: got ")
+    assert err.count("\n") == 1

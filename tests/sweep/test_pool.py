@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pagedkv.errors import ConfigError
-from pagedkv.sweep.pool import Outcome, run_points
+from pagedkv.sweep.pool import Outcome, check_backend, run_points
 
 
 def square(x: int) -> int:
@@ -112,3 +112,10 @@ def test_bad_arguments_fail_at_the_call(kwargs: dict[str, object], field: str) -
     with pytest.raises(ConfigError) as err:
         run_points(square, [1], **kwargs)  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("workers", [0, -5, 10**9, True, 2.0])
+def test_a_worker_count_out_of_bounds_is_refused(workers: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_backend("local", workers)  # type: ignore[arg-type]
+    assert err.value.field == "workers"

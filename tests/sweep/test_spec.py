@@ -6,11 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.cli import main
+from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.errors import ConfigError
+from pagedkv.simulation import SimulationConfig, build_engine
 from pagedkv.sweep.spec import SweepSpec
 from pagedkv.sweep.sweep import run_sweep
+from pagedkv.workloads.factory import make_workload
 from tests.sweep.helpers import SMALL_SPEC
 
 
@@ -86,3 +91,135 @@ def test_cli_bad_spec_exits_2_and_writes_nothing(
     assert "scheduler" in err
     assert "'fifo'" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("grid", "field", "words"),
+    [
+        # a contiguous policy's space must hold max_model_len: 40 blocks x 16 < 2048
+        ({"scheduler": ["vllm", "orca-max"]}, "max_model_len", "must be <= capacity (640)"),
+        ({"num_gpu_blocks": [200, 1 << 30]}, "num_gpu_blocks", "would hold about"),
+    ],
+)
+def test_what_the_engine_build_refuses_is_refused_when_the_spec_is_read(
+    grid: dict[str, list[Any]], field: str, words: str, tmp_path: Path
+) -> None:
+    base = {"num_requests": 4, "num_gpu_blocks": 40, "cost_model": "unit", "grid": grid}
+    if "num_gpu_blocks" in grid:
+        del base["num_gpu_blocks"]
+    spec = SweepSpec.from_dict(base)
+    with pytest.raises(ConfigError) as err:
+        spec.points()
+    assert err.value.field == field
+    assert words in str(err.value)
+    # the same error as building that point's engine: one rule, checked early
+    bad = {**{k: v for k, v in base.items() if k != "grid"}, **{k: v[-1] for k, v in grid.items()}}
+    with pytest.raises(ConfigError) as built:
+        build_engine(SimulationConfig.from_flat({**bad, "seed": 0}))
+    assert str(built.value) == str(err.value)
+    with pytest.raises(ConfigError):
+        run_sweep(spec, tmp_path / "out", workers=1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pinned_prefixes_that_do_not_fit_are_refused_when_the_spec_is_read() -> None:
+    base = {
+        "workload": "shared-prefix",
+        "prefix_len": 200,
+        "num_prefixes": 4,
+        "num_requests": 40,
+        "enable_pinned_prefixes": True,
+        "cost_model": "unit",
+        "grid": {"num_gpu_blocks": [400, 30]},  # 4 x 13 blocks of prefixes: not in 30
+    }
+    with pytest.raises(ConfigError) as err:
+        SweepSpec.from_dict(base).points()
+    assert err.value.field == "enable_pinned_prefixes"
+    assert "must fit" in str(err.value)
+
+
+def test_a_missing_trace_is_refused_when_the_spec_is_read(tmp_path: Path) -> None:
+    spec = {"workload": "trace", "grid": {"trace_path": [str(tmp_path / "absent.csv")]}}
+    with pytest.raises(ConfigError, match="no such file"):
+        SweepSpec.from_dict(spec).points()
+
+
+def test_each_distinct_workload_is_made_once_for_the_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+    real = make_workload
+
+    def counting(config: Any) -> Any:
+        made.append(config)
+        return real(config)
+
+    monkeypatch.setattr("pagedkv.simulation.make_workload", counting)
+    points = SweepSpec.from_dict({**SMALL_SPEC, "seeds": 2}).points()
+    assert len(points) == 24
+    assert len(made) == len(set(made)) == 2 * 3  # two seeds x three zipped rates
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            {"grid": {"block_size": list(range(1, 401)), "max_num_seqs": list(range(1, 301))}},
+            "spec",
+        ),
+        ({"seeds": 10**6}, "seeds"),
+        ({"seeds": [2**64]}, "seeds"),
+        ({"grid": {"swap_space": [4, float("nan")]}}, "swap_space"),
+    ],
+)
+def test_sizes_and_numbers_are_bounded(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        SweepSpec.from_dict({"num_requests": 5, **spec}).points()
+    assert err.value.field == field
+
+
+def test_a_spec_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(b"num_requests: 5\n# \xe9t\xe9\n")
+    with pytest.raises(ConfigError, match=r"UTF-8 text \(line 2") as err:
+        SweepSpec.from_yaml(path)
+    assert err.value.field == "spec"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scheduler=st.sampled_from(sorted(SCHEDULERS)),
+    block_size=st.sampled_from([1, 8, 16, 64]),
+    num_gpu_blocks=st.integers(1, 400),
+    max_model_len=st.sampled_from([16, 128, 2048]),
+    workload=st.sampled_from(
+        [
+            {"workload": "alpaca-like", "num_requests": 6},
+            {"workload": "shared-prefix", "prefix_len": 12, "num_prefixes": 3, "num_requests": 9},
+            {"workload": "chat", "num_sessions": 2, "chat_turns": 2},
+        ]
+    ),
+    pinned=st.booleans(),
+)
+def test_a_point_the_spec_accepts_builds(
+    scheduler: str,
+    block_size: int,
+    num_gpu_blocks: int,
+    max_model_len: int,
+    workload: dict[str, Any],
+    pinned: bool,
+) -> None:
+    options = {
+        **workload,
+        "scheduler": scheduler,
+        "block_size": block_size,
+        "num_gpu_blocks": num_gpu_blocks,
+        "max_model_len": max_model_len,
+        "enable_pinned_prefixes": pinned,
+        "cost_model": "unit",
+    }
+    try:
+        (point,) = SweepSpec.from_dict(options).points()
+    except ConfigError:
+        return  # refused when read: nothing to build
+    build_engine(SimulationConfig.from_flat(point.options))  # must not raise

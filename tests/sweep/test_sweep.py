@@ -146,3 +146,33 @@ def test_a_journal_that_cannot_be_written_is_one_line_exit_5(
     assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--quiet"]) == 5
     err = capsys.readouterr().err
     assert err == f"pagedkv: error: cannot write {out / JOURNAL}: {os.strerror(errno.ENOSPC)}\n"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda line: line[:10] + b"\xff\xfe" + line[12:],  # a bad byte
+        lambda line: b"not json at all\n",
+        lambda line: b'{"point_id": 7}\n',  # JSON, not an entry
+        lambda line: b'{"point_id": "x", "metrics": [1]}\n',
+        lambda line: b'{"point_id": "x", "n": 1' + b"0" * 5000 + b"}\n",  # int too long
+    ],
+)
+def test_a_damaged_journal_line_is_skipped_with_a_warning_and_the_rest_kept(
+    spec: SweepSpec,
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: Any,
+) -> None:
+    lines = (reference / JOURNAL).read_bytes().splitlines(keepends=True)
+    lines[2] = damage(lines[2])
+    (tmp_path / JOURNAL).write_bytes(b"".join(lines))
+    done = run_sweep(spec, tmp_path, workers=1)
+    assert (done.skipped, done.ran) == (len(lines) - 1, 1)  # only the damaged point reruns
+    assert _tables(tmp_path) == _tables(reference)
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert warnings == [
+        f"pagedkv: warning: {tmp_path / JOURNAL}:3: skipped a line that is not a journal entry "
+        "(a crash cut it short, or it was damaged); its point runs again"
+    ]

@@ -96,6 +96,15 @@ def test_generate_from_a_hf_config_json(tmp_path: Path) -> None:
         (["--scheduler", "nope"], "scheduler"),
         (["--prompt-len", "500"], "max_position"),
         (["--temperature", "-1"], "temperature"),
+        (["--temperature", "nan"], "temperature: got nan"),
+        (["--num-gpu-blocks", str(10**10)], "num_gpu_blocks: got 10000000000"),
+        (["--num-gpu-blocks", str(10**7)], "num_gpu_blocks: got 10000000; must keep a run within"),
+        (
+            ["--num-prompts", "65536", "--prompt-len", "100000"],
+            "num_prompts: got 65536; must keep a run",
+        ),
+        (["--seed", str(2**64)], "seed"),
+        (["--num-beams", "100000"], "num_beams"),
     ],
 )
 def test_bad_input_exits_2(
@@ -113,7 +122,7 @@ def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
     bad.write_text("1 20\n")
     with pytest.raises(ConfigError, match="line 1"):
         load_prompts(bad, 10)
-    with pytest.raises(ConfigError, match="readable"):
+    with pytest.raises(ConfigError, match="no such file"):
         load_prompts(tmp_path / "missing.txt", 10)
 
 
@@ -155,3 +164,15 @@ def test_generate_that_deadlocks_exits_3(
     assert code == 3
     err = capsys.readouterr().err
     assert err.startswith("pagedkv: deadlock: 4 requests can never proceed")
+
+
+def test_a_prompt_file_too_large_for_the_cap_is_refused_before_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "p.txt"
+    path.write_text("1 2 3\n" * 1000)
+    assert len(load_prompts(path, 10)) == 1000
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", 1000)
+    with pytest.raises(ConfigError, match="must keep a run within") as err:
+        load_prompts(path, 10)
+    assert err.value.field == "prompts"

@@ -20,6 +20,8 @@ from pagedkv.workloads import (
     read_trace,
     write_trace,
 )
+from pagedkv.workloads.chat import chat_id_counts
+from pagedkv.workloads.shared_prefix import suffix_model
 from pagedkv.workloads.token_ids import owner_of
 
 
@@ -170,3 +172,40 @@ def test_later_turns_hit_the_conversation_in_the_cache() -> None:
         if r.parent_id is not None
     )
     assert 0 < on["prefix_cache"]["hit_tokens"] <= bound
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sessions=st.integers(1, 5),
+    turns=st.integers(1, 6),
+    system=st.sampled_from([None, 1, 30]),
+    max_len=st.sampled_from([64, 300, 2048]),
+    seed=st.integers(0, 50),
+)
+def test_the_footprint_estimate_counts_every_id_a_chat_holds(
+    sessions: int, turns: int, system: int | None, max_len: int, seed: int
+) -> None:
+    config = WorkloadConfig(
+        kind=WorkloadKind.CHAT,
+        num_sessions=sessions,
+        chat_turns=turns,
+        prefix_len=system,
+        max_model_len=max_len,
+        seed=seed,
+    )
+    specs = make_workload(config)
+    messages, outputs = suffix_model(config).sample(sessions * turns, seed)
+    new, repeated = chat_id_counts(sessions, turns, system or 0, messages, outputs, max_len)
+    entries = sum(len(r.token_ids or ()) + len(r.output_token_ids or ()) for r in specs)
+    assert new + repeated == entries + (system or 0)  # the system prompt's ids made once
+
+
+def test_a_chat_over_the_footprint_cap_is_refused_before_it_holds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = WorkloadConfig(kind=WorkloadKind.CHAT, num_sessions=200, chat_turns=8)
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", 1 << 20)
+    with pytest.raises(ConfigError) as err:
+        make_workload(config)
+    assert err.value.field == "num_sessions"
+    assert "token ids" in str(err.value)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError
+from pagedkv.footprint import BYTES_PER_TOKEN_ID
 from pagedkv.memory.prefix_hash import hash_blocks
 from pagedkv.simulation import SimulationConfig, simulate
 from pagedkv.workloads import (
@@ -24,7 +25,7 @@ from pagedkv.workloads import (
     write_trace,
 )
 from pagedkv.workloads.shared_prefix import PRIVATE, zipf_probabilities
-from pagedkv.workloads.token_ids import owner_of
+from pagedkv.workloads.token_ids import MAX_PREFIX_ID, owner_of
 
 
 def _workload(**kw: Any) -> list[RequestSpec]:
@@ -277,3 +278,38 @@ def test_num_samples_asks_every_request_for_n_samples() -> None:
     with pytest.raises(ConfigError) as info:
         WorkloadConfig(kind=WorkloadKind.ALPACA_LIKE, num_samples=0)
     assert info.value.field == "num_samples"
+
+
+def test_a_workload_over_the_footprint_cap_is_refused_before_it_holds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kw: dict[str, Any] = {"prefix_len": 100, "num_requests": 500, "lengths": "fixed"}
+    kw |= {"prompt_len": 100, "output_len": 50}
+    specs = _workload(**kw)
+    ids = sum(len(r.token_ids or ()) + len(r.output_token_ids or ()) for r in specs)
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", ids * BYTES_PER_TOKEN_ID - 1)
+    with pytest.raises(ConfigError) as err:
+        _workload(**kw)  # one byte short of what its ids take
+    assert err.value.field == "num_requests"
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", ids * BYTES_PER_TOKEN_ID)
+    assert _workload(**kw) == specs
+
+
+@pytest.mark.parametrize("label", [str(MAX_PREFIX_ID + 1), str(10**20), "9" * 5000])
+def test_a_trace_prefix_id_beyond_int64_ids_is_refused(tmp_path: Path, label: str) -> None:
+    extra = (("prefix_id", label), ("prefix_len", "4"))
+    path = write_trace(tmp_path / "t.csv", [RequestSpec(0, 10, 2, 0.0, extra)])
+    with pytest.raises(ConfigError) as e:
+        make_workload(WorkloadConfig(kind=WorkloadKind.TRACE, trace_path=str(path)))
+    assert e.value.field == "request 0: prefix_id"
+    assert str(MAX_PREFIX_ID) in str(e.value)
+
+
+def test_the_largest_prefix_id_gives_int64_ids_that_hash(tmp_path: Path) -> None:
+    extra = (("prefix_id", str(MAX_PREFIX_ID)), ("prefix_len", "4"))
+    path = write_trace(tmp_path / "t.csv", [RequestSpec(0, 10, 2, 0.0, extra)])
+    (r,) = make_workload(WorkloadConfig(kind=WorkloadKind.TRACE, trace_path=str(path)))
+    assert r.token_ids is not None
+    assert max(r.token_ids) < 2**63
+    assert owner_of(r.token_ids[0]) == ("prefix", MAX_PREFIX_ID)
+    assert len(hash_blocks(r.token_ids, 2)) == 5

@@ -130,3 +130,23 @@ def test_sharegpt_bad_json_and_bad_tokenizer(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         import_sharegpt(good, tokenizer=lambda text: -1)
     assert info.value.field == "tokenizer(text)"
+
+
+def test_a_file_too_large_to_parse_within_the_cap_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([{"conversations": [{"value": "x" * 1000}]}]))
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", 2000)
+    with pytest.raises(ConfigError, match="must be at most 500 bytes") as err:
+        import_sharegpt(path, max_model_len=2048, seed=0)
+    assert err.value.field == "trace_path"
+
+
+def test_a_directory_or_non_utf8_file_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "d.json").mkdir()
+    with pytest.raises(ConfigError, match="not a directory"):
+        import_sharegpt(tmp_path / "d.json", max_model_len=2048, seed=0)
+    (tmp_path / "b.json").write_bytes(b'[{"conversations": [{"value": "\xff"}]}]')
+    with pytest.raises(ConfigError, match="UTF-8 text"):
+        import_sharegpt(tmp_path / "b.json", max_model_len=2048, seed=0)

@@ -31,6 +31,9 @@ from pagedkv.workloads.spec import RequestSpec
         ("think_time", float("inf")),
         ("parent_id", 7),  # its own id
         ("token_ids", (1, 2)),  # not prompt_len long
+        ("token_ids", (1, 2, 2**63)),  # beyond int64
+        ("token_ids", (1, -1, 2)),
+        ("output_token_ids", (2**64, 0)),
     ],
 )
 def test_a_bad_field_is_named(field: str, value: Any) -> None:
@@ -50,6 +53,7 @@ def test_a_bad_field_is_named(field: str, value: Any) -> None:
         {"extra": (("prefix_id", "3"),)},
         {"n": 2},
         {"token_ids": (4, 5, 6), "parent_id": 1, "think_time": 1.5},
+        {"token_ids": (0, 2**63 - 1, 6)},  # the int64 range, both ends
     ],
 )
 def test_good_specs_pass_either_path(fields: dict[str, Any]) -> None:

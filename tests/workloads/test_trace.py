@@ -134,6 +134,10 @@ JSONL_CASES = [
     (_jsonl({**GOOD, "arrival_time": 2}, GOOD), 2, "arrival_time", 0.5),
     (_jsonl({**GOOD, "request_id": 4}, "", {**GOOD, "request_id": 4}), 3, "request_id", 4),
     (_jsonl(GOOD, {**GOOD, "": "x"}), 2, "extra", None),
+    (_jsonl({**GOOD, "prompt_len": 10**24}), 1, "prompt_len", 10**24),
+    (_jsonl({**GOOD, "output_len": 2**24 + 1}), 1, "output_len", 2**24 + 1),
+    (_jsonl({**GOOD, "request_id": 2**63}), 1, "request_id", 2**63),
+    ('{"arrival_time": 0, "prompt_len": ' + "7" * 5000 + ', "output_len": 1}\n', 1, "json", None),
 ]
 
 
@@ -157,6 +161,11 @@ CSV_CASES = [
     ("arrival_time,prompt_len,output_len\n\n5,3,4\n\n4,3,4\n", 5, "arrival_time", 4.0),
     ("arrival_time,prompt_len,output_len\n0,3,4,5\n", 2, "cells", 4),
     ("request_id,arrival_time,prompt_len,output_len\n1,0,3,4\n1,0,3,4\n", 3, "request_id", 1),
+    (f"arrival_time,prompt_len,output_len\n0,{10**24},3\n", 2, "prompt_len", str(10**24)),
+    ("arrival_time,prompt_len,output_len\n0,3," + "9" * 10000 + "\n", 2, "output_len", None),
+    # an unclosed quote: named where it opens, not at the end of the file
+    ('arrival_time,prompt_len,output_len\n0,1,1\n0,"3,4\n0,1,1\n', 3, "csv", None),
+    ('arrival_time,prompt_len,"output_len\n0,1,1\n', 1, "header", None),
 ]
 
 
@@ -204,3 +213,40 @@ def test_write_refuses_unsorted_or_duplicate_requests(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"requests\[0\]\.arrival_time"):
         write_trace(path, [RequestSpec(0, 1, 1, math.nan)])
     assert not path.exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_leading_bom_is_dropped(tmp_path: Path, suffix: str) -> None:
+    specs = [RequestSpec(0, 5, 3, 0.0, (("note", "x"),)), RequestSpec(1, 2, 2, 1.5)]
+    path = write_trace(tmp_path / f"t{suffix}", specs)
+    plain = read_trace(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_trace(path) == plain == specs
+
+
+def test_a_directory_or_bytes_that_are_not_utf8_are_one_error(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="must be a file, not a directory") as info:
+        read_trace(tmp_path / "d.jsonl")
+    assert info.value.field == "trace_path"
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"arrival_time,prompt_len,output_len\n0,1,1\n0,\xff,1\n")
+    with pytest.raises(ConfigError, match=r"must be UTF-8 text \(line 3: byte 0xff"):
+        read_trace(path)
+
+
+def test_a_trace_with_more_lines_than_the_cap_allows_is_refused_at_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pagedkv import footprint
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + "0,1,1\n" * 20)
+    monkeypatch.setattr(footprint, "MEMORY_CAP_BYTES", 10 * footprint.BYTES_PER_REQUEST)
+    with pytest.raises(ConfigError, match="would hold about") as info:
+        read_trace(path)
+    assert info.value.field == f"{path}:12"  # the 11th request, on line 12
+    monkeypatch.setattr(footprint, "MEMORY_CAP_BYTES", 100)  # the file itself is over
+    with pytest.raises(ConfigError, match="must be at most 100 bytes") as info:
+        read_trace(path)
+    assert info.value.field == "trace_path"

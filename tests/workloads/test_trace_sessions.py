@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,12 @@ from pagedkv.workloads import (
     read_trace,
     write_trace,
 )
-from pagedkv.workloads.token_ids import DEFAULT_TRACE_THINK_TIME, chain_sessions, owner_of
+from pagedkv.workloads.token_ids import (
+    DEFAULT_TRACE_THINK_TIME,
+    chain_sessions,
+    owner_of,
+    session_id_counts,
+)
 
 
 def _chat(**kw: Any) -> list[RequestSpec]:
@@ -246,3 +252,56 @@ def test_sharing_workloads_are_byte_identical_across_processes() -> None:
         dumps.append(done.stdout)
     assert dumps[0] == dumps[1]
     assert len(json.loads(dumps[0])) == 4
+
+
+def _entries(specs: list[RequestSpec]) -> int:
+    """The token id slots the requests' tuples hold."""
+    return sum(len(r.token_ids or ()) + len(r.output_token_ids or ()) for r in specs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 40), st.integers(1, 30)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_footprint_estimate_counts_every_id_chaining_makes(
+    turns: list[tuple[str, int, int]],
+) -> None:
+    specs: list[RequestSpec] = []
+    conversation: dict[str, int] = {}
+    for i, (session, message, output) in enumerate(turns):
+        prompt = conversation.get(session, 0) + message + 1
+        conversation[session] = prompt + output
+        extra = (("session_id", session),)
+        specs.append(RequestSpec(i, prompt, output, float(i), extra))
+    new, repeated = session_id_counts(specs)
+    assert new + sum(repeated.values()) == _entries(chain_sessions(specs))
+
+
+def test_a_small_trace_with_huge_sessions_is_refused_before_it_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 24 turns growing by 2^14 tokens: 2.2M ids repeated, 0.4M made: about 35 MB if made
+    path = tmp_path / "chain.csv"
+    rows = [f"0,{(t + 1) << 14},1,{s}" for t in range(12) for s in ("x", "y")]
+    path.write_text("arrival_time,prompt_len,output_len,session_id\n" + "\n".join(rows) + "\n")
+    config = WorkloadConfig(kind=WorkloadKind.TRACE, trace_path=str(path), max_model_len=1 << 24)
+    monkeypatch.setattr("pagedkv.footprint.MEMORY_CAP_BYTES", 16 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as err:
+            make_workload(config)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(err.value)
+    assert err.value.field == f"{path}: session 'x'"  # the file and the session
+    assert "repeated token ids" in message
+    assert "MiB" in message
+    assert "\n" not in message
+    assert peak < 4 << 20  # refused from the lengths, before any id was made
+    monkeypatch.undo()
+    assert len(make_workload(config)) == 24  # under the real cap it runs

@@ -6,7 +6,18 @@ import enum
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_bool, check_choice, check_int, help_field
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_int,
+    help_field,
+    int_field,
+)
+from pagedkv.workloads.config import MAX_TOKENS
+
+MAX_NUM_SEQS = 1 << 20
+MAX_BATCHED_TOKENS = 1 << 30
 
 
 class PreemptionMode(enum.Enum):
@@ -25,13 +36,19 @@ class SchedulerConfig:
         "Scheduling policy: vllm, reserve, orca-max, orca-pow2, orca-oracle, "
         "contiguous-slots, static, greedy-nopreempt.",
     )
-    max_num_seqs: int = help_field(256, "Most requests running at once (vLLM's default 256).")
-    max_num_batched_tokens: int | None = help_field(
+    max_num_seqs: int = int_field(
+        256, "Most requests running at once (vLLM's default 256).", 1, MAX_NUM_SEQS
+    )
+    max_num_batched_tokens: int | None = int_field(
         None,
         "Most tokens computed in one iteration; default: max(max_model_len, 2048) "
         "(vLLM v0), or 2048 with chunked prefill.",
+        1,
+        MAX_BATCHED_TOKENS,
     )
-    max_model_len: int = help_field(2048, "Longest request (prompt + output) in tokens.")
+    max_model_len: int = int_field(
+        2048, "Longest request (prompt + output) in tokens.", 1, MAX_TOKENS
+    )
     preemption_mode: PreemptionMode = help_field(
         PreemptionMode.RECOMPUTE, "How the vllm policy preempts: 'recompute' or 'swap'."
     )
@@ -49,6 +66,7 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         from pagedkv.engine.policies import SCHEDULERS  # the registry validates the name
 
+        check_bounds(self)
         if self.scheduler not in SCHEDULERS:
             raise ConfigError(
                 "scheduler", self.scheduler, "must be one of " + ", ".join(sorted(SCHEDULERS))

@@ -21,8 +21,8 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.gpus import GPUSpec
 from pagedkv.engine.models import ModelSpec, check_tensor_parallel
 from pagedkv.engine.windows import WindowCurve, check_duration, linear_window, max_linear_window
-from pagedkv.errors import ConfigError
-from pagedkv.validation import check_int, help_field
+from pagedkv.memory.config import MAX_BLOCK_SIZE
+from pagedkv.validation import check_bounds, check_int, float_field, int_field
 
 
 @runtime_checkable
@@ -81,68 +81,72 @@ class UnitCost:
         return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
 
 
-def _check_efficiency(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(field, value, "must be a number in (0, 1]")
-    return float(value)
-
-
-def _check_seconds(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(field, value, "must be a finite number of seconds >= 0")
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(field, value, "must be a finite number of seconds >= 0")
-    return float(value)
+MAX_SECONDS = 3600.0
+"""A fixed cost per step, block or all-reduce: anything up to an hour is a finite clock."""
 
 
 @dataclass(frozen=True)
 class RooflineConfig:
     """The roofline's constants: what fraction of the datasheet peaks a serving engine reaches."""
 
-    compute_efficiency: float = help_field(
+    compute_efficiency: float = float_field(
         0.6,
-        "Fraction of peak FLOP/s reached, in (0, 1]. Large cuBLAS GEMMs reach 70-80% on A100; "
+        "Fraction of peak FLOP/s reached. Large cuBLAS GEMMs reach 70-80% on A100; "
         "end-to-end prefill with attention, norms and launches is nearer 50-60%.",
+        0.0,
+        1.0,
+        lo_open=True,
     )
-    memory_efficiency: float = help_field(
+    memory_efficiency: float = float_field(
         0.8,
-        "Fraction of peak memory bandwidth reached, in (0, 1]. Streaming kernels reach 80-90% "
+        "Fraction of peak memory bandwidth reached. Streaming kernels reach 80-90% "
         "of HBM peak; decode GEMVs and paged attention somewhat less.",
+        0.0,
+        1.0,
+        lo_open=True,
     )
-    step_overhead_s: float = help_field(
+    step_overhead_s: float = float_field(
         2e-3,
-        "Fixed seconds per step (>= 0): CPU time for scheduling, input preparation, sampling "
+        "Fixed seconds per step: CPU time for scheduling, input preparation, sampling "
         "and kernel launches, not overlapped with the GPU (a few ms per step in vLLM v0).",
+        0.0,
+        MAX_SECONDS,
     )
-    pcie_efficiency: float = help_field(
+    pcie_efficiency: float = float_field(
         0.8,
-        "Fraction of one-way PCIe bandwidth a pinned-memory copy reaches, in (0, 1] "
+        "Fraction of one-way PCIe bandwidth a pinned-memory copy reaches "
         "(about 25 of 32 GB/s on PCIe 4.0 x16).",
+        0.0,
+        1.0,
+        lo_open=True,
     )
-    swap_block_overhead_s: float = help_field(
+    swap_block_overhead_s: float = float_field(
         1e-5,
-        "Fixed seconds per swapped block (>= 0): vLLM issues a copy per block per layer, so "
+        "Fixed seconds per swapped block: vLLM issues a copy per block per layer, so "
         "small blocks swap slowly (vLLM paper, Sec. 7.2); an order-of-magnitude guess.",
+        0.0,
+        MAX_SECONDS,
     )
-    block_size: int = help_field(16, "Token slots per block (>= 1), for a block's bytes.")
-    interconnect_efficiency: float = help_field(
+    block_size: int = int_field(
+        16, "Token slots per block, for a block's bytes.", 1, MAX_BLOCK_SIZE
+    )
+    interconnect_efficiency: float = float_field(
         0.75,
-        "Fraction of one-way NVLink/PCIe bandwidth a ring all-reduce reaches, in (0, 1] "
+        "Fraction of one-way NVLink/PCIe bandwidth a ring all-reduce reaches "
         "(nccl-tests bus bandwidth is about 230 of 300 GB/s on DGX A100).",
+        0.0,
+        1.0,
+        lo_open=True,
     )
-    allreduce_latency_s: float = help_field(
+    allreduce_latency_s: float = float_field(
         1e-5,
-        "Fixed seconds per all-reduce (>= 0) under tensor parallelism; two per layer per step.",
+        "Fixed seconds per all-reduce under tensor parallelism; two per layer per step.",
+        0.0,
+        MAX_SECONDS,
     )
 
     def __post_init__(self) -> None:
-        for field in ("compute_efficiency", "memory_efficiency"):
-            _check_efficiency(field, getattr(self, field))
-        for field in ("pcie_efficiency", "interconnect_efficiency"):
-            _check_efficiency(field, getattr(self, field))
-        for field in ("step_overhead_s", "swap_block_overhead_s", "allreduce_latency_s"):
-            _check_seconds(field, getattr(self, field))
-        check_int("block_size", self.block_size, 1)
+        check_bounds(self)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.engine.gpus import GiB, GPUSpec
 from pagedkv.errors import ConfigError
+from pagedkv.validation import read_yaml
 
 REQUIRED = ("memory_gib", "bf16_tflops", "memory_bandwidth_gb_s", "pcie_bandwidth_gb_s")
 OPTIONAL = ("name", "interconnect_bandwidth_gb_s")
@@ -39,15 +38,7 @@ def gpu_from_yaml(path: str | Path) -> GPUSpec:
     """Read a GPU YAML file (see the module docstring) into a GPUSpec."""
     file = Path(path)
     where = f" (in {file})"
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(
-            "gpu", str(path), f"must be a readable GPU YAML file ({err.strerror})"
-        ) from None
-    except yaml.YAMLError as err:
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError("gpu", str(path), f"must be valid YAML ({problem})") from None
+    data = read_yaml("gpu", file)  # missing, not UTF-8, bad YAML: one error naming the line
     if not isinstance(data, dict):
         raise ConfigError("gpu", str(path), "must be a YAML mapping of GPU keys")
     for key in data:

@@ -20,6 +20,7 @@ from typing import Any
 from pagedkv.engine.hf_layers import ConfigReader, mla_spec, moe_spec, sliding_layers
 from pagedkv.engine.models import Architecture, ModelSpec
 from pagedkv.errors import ConfigError
+from pagedkv.validation import read_text
 
 _DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
@@ -74,12 +75,11 @@ def _read_json(path: str | Path) -> tuple[dict[str, Any], Path]:
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
+    text = read_text("model", file)  # missing, a directory, not UTF-8: one error naming it
     try:
-        raw = json.loads(file.read_text())
-    except OSError as err:
-        raise ConfigError("model", str(path), f"must be a readable config.json ({err})") from err
-    except json.JSONDecodeError as err:
-        raise ConfigError("model", str(file), f"must be valid JSON ({err})") from err
+        raw = json.loads(text)
+    except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
+        raise ConfigError("model", str(file), f"must be valid JSON ({err})") from None
     if not isinstance(raw, dict):
         raise ConfigError("model", str(file), "must hold a JSON object")
     return raw, file

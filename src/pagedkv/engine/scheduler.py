@@ -106,6 +106,12 @@ class Scheduler(abc.ABC):
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVAllocator:
         """The memory this policy runs on, with the capacity of ``cache``."""
 
+    @classmethod  # noqa: B027 (an optional hook, so not abstract)
+    def check_memory(cls, cache: CacheConfig, config: SchedulerConfig) -> None:
+        """Raise the ``ConfigError`` that ``make_allocator`` would raise for ``cache``, without
+        allocating (a sweep checks every point with it before any runs). Paged memory refuses
+        nothing that ``CacheConfig`` accepts."""
+
     def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
         self.config = config
         self.kv = kv

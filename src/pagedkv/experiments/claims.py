@@ -19,11 +19,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pagedkv import footprint
+from pagedkv.errors import ConfigError
 from pagedkv.experiments import framework
 from pagedkv.experiments.framework import ExperimentResult
 from pagedkv.experiments.verdict import Favour, Measurement, Target, describe_range, verdict_each
 from pagedkv.io import atomic_write_json, atomic_write_text, output_set
 from pagedkv.report import stats
+from pagedkv.validation import JsonShape, check_json_shape, read_text
 
 EVIDENCE = (
     "fragmentation",
@@ -80,9 +83,18 @@ class Spec:
 
 
 def load_result(path: Path) -> ExperimentResult:
-    """An experiment's results.json back as an ``ExperimentResult`` (no timelines, no plots)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """An experiment's results.json back as an ``ExperimentResult`` (no timelines, no plots);
+    one ``ConfigError`` naming the file when it is not JSON or not of the experiments' shape."""
+    text = read_text("results", path, footprint.MEMORY_CAP_BYTES)
+    try:
+        data = json.loads(text)
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+        where = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+        raise ConfigError(str(path), _clip(text), f"must be JSON ({where})") from None
+    check_json_shape(str(path), data, RESULT_SHAPE, required=True)
     cols = data["columns"]
+    if "seed" not in cols:
+        raise ConfigError(f"{path}: columns", _clip(repr(cols)), "must name a 'seed' column")
     cut = cols.index("seed")
     return ExperimentResult(
         experiment=data["experiment"],
@@ -96,6 +108,23 @@ def load_result(path: Path) -> ExperimentResult:
         findings=data["findings"],
         derived=data.get("derived", {}),
     )
+
+
+RESULT_SHAPE: JsonShape = {
+    "experiment": (str, None),
+    "title": (str, None),
+    "question": (str, None),
+    "setup": (dict, None),
+    "columns": (list, str),
+    "rows": (list, dict),
+    "summary": (list, dict),
+    "findings": (list, None),
+}
+"""What ``load_result`` reads of a results.json: every key required."""
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def gather(

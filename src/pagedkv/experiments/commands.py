@@ -108,6 +108,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to the ``pagedkv`` parser."""
     exp = sub.add_parser(
         "experiment",
+        allow_abbrev=False,
         help="Run one experiment (seeds, 95%% intervals, plots): " + ", ".join(NAMES) + ".",
         description="Run one experiment: every configuration x seed in parallel processes; "
         "write results.json, results.csv and PNG plots (atomically).",
@@ -120,6 +121,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     exp.set_defaults(func=_cmd_experiment)
     claims = sub.add_parser(
         "claims",
+        allow_abbrev=False,
         help="Judge the seed simulator's and the vLLM paper's claims from the experiments.",
         description="Measure each claim from the experiments' results under --out (running "
         "the missing ones), and compute its verdict; write OUT/claims/claims.json and .csv.",
@@ -128,6 +130,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     claims.set_defaults(func=_cmd_claims)
     rep = sub.add_parser(
         "reproduce",
+        allow_abbrev=False,
         help="Run every experiment, the block map, the claims and the HTML report.",
         description="Run every experiment, the block map, the claims and the HTML report "
         "into one results directory.",

@@ -9,7 +9,24 @@ import enum
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
+from pagedkv.footprint import BYTES_PER_BLOCK, check_memory
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_fraction,
+    check_int,
+    float_field,
+    help_field,
+    int_field,
+)
+
+MAX_BLOCK_SIZE = 1 << 16
+"""Token slots per block: vLLM's block sizes are 8 to 256; a block this large is one per request."""
+MAX_BLOCKS = 1 << 30
+"""Blocks of one pool; ``pagedkv.footprint`` caps what a run's pools would hold lower still."""
+MAX_SLOTS = 1 << 50
+"""Token slots of a contiguous address space (C): far above any GPU's, exact in a float."""
 
 
 class EvictionPolicy(enum.Enum):
@@ -29,13 +46,20 @@ class EvictionPolicy(enum.Enum):
 class CacheConfig:
     """The paged KV cache: a pool of GPU blocks, an optional CPU swap pool, prefix caching."""
 
-    num_gpu_blocks: int = help_field(1024, "Physical KV blocks in GPU memory (>= 1).")
-    block_size: int = help_field(16, "Token slots per block (>= 1); vLLM's default is 16.")
-    num_cpu_blocks: int = help_field(0, "Blocks in the CPU swap pool (>= 0); 0 disables swapping.")
-    watermark: float = help_field(
+    num_gpu_blocks: int = int_field(1024, "Physical KV blocks in GPU memory.", 1, MAX_BLOCKS)
+    block_size: int = int_field(
+        16, "Token slots per block; vLLM's default is 16.", 1, MAX_BLOCK_SIZE
+    )
+    num_cpu_blocks: int = int_field(
+        0, "Blocks in the CPU swap pool; 0 disables swapping.", 0, MAX_BLOCKS
+    )
+    watermark: float = float_field(
         0.01,
         "Fraction of GPU blocks that admission keeps free, so running sequences can grow "
-        "without immediate preemption (vLLM's default 0.01); in [0, 1).",
+        "without immediate preemption (vLLM's default 0.01).",
+        0.0,
+        1.0,
+        hi_open=True,
     )
     enable_prefix_caching: bool = help_field(
         False,
@@ -54,6 +78,7 @@ class CacheConfig:
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
         check_int("block_size", self.block_size, 1)
         check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
@@ -66,6 +91,14 @@ class CacheConfig:
             check_choice("eviction_policy", self.eviction_policy, EvictionPolicy),
         )
         check_bool("enable_pinned_prefixes", self.enable_pinned_prefixes)
+        blocks = self.num_gpu_blocks + self.num_cpu_blocks
+        field = "num_gpu_blocks" if self.num_gpu_blocks >= self.num_cpu_blocks else "num_cpu_blocks"
+        check_memory(
+            field,
+            getattr(self, field),
+            f"{blocks} blocks x {BYTES_PER_BLOCK} B",
+            blocks * BYTES_PER_BLOCK,
+        )
         if self.enable_pinned_prefixes and self.enable_prefix_caching:
             raise ConfigError(
                 "enable_pinned_prefixes",
@@ -112,9 +145,9 @@ class Reservation(enum.Enum):
 class ContiguousConfig:
     """A contiguous baseline: one region per sequence in a linear address space of C slots."""
 
-    capacity: int = help_field(16384, "C: the address space in token slots (>= 1).")
-    max_model_len: int = help_field(
-        2048, "Maximum sequence length (prompt + output) in tokens (>= 1, <= capacity)."
+    capacity: int = int_field(16384, "C: the address space in token slots.", 1, MAX_SLOTS)
+    max_model_len: int = int_field(
+        2048, "Maximum sequence length (prompt + output) in tokens (<= capacity).", 1, MAX_SLOTS
     )
     placement: Placement = help_field(
         Placement.FIRST_FIT, "Placement: 'first-fit' or 'buddy' ('slots' needs 'first-fit')."
@@ -122,11 +155,15 @@ class ContiguousConfig:
     reservation: Reservation = help_field(
         Reservation.MAX, "Reservation policy: 'max', 'pow2', 'oracle' or 'slots'."
     )
-    block_size: int = help_field(
-        16, "Block size used only to express capacities in blocks for comparison (>= 1)."
+    block_size: int = int_field(
+        16,
+        "Block size used only to express capacities in blocks for comparison.",
+        1,
+        MAX_BLOCK_SIZE,
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         check_int("capacity", self.capacity, 1)
         check_int("max_model_len", self.max_model_len, 1)
         check_int("block_size", self.block_size, 1)
@@ -144,6 +181,14 @@ class ContiguousConfig:
         if self.max_model_len < self.block_size:
             raise ConfigError(
                 "max_model_len", self.max_model_len, f"must be >= block_size ({self.block_size})"
+            )
+        if self.reservation is Reservation.SLOTS:  # a list entry per slot, priced as a block
+            slots = self.num_slots
+            check_memory(
+                "capacity",
+                self.capacity,
+                f"{slots} slots x {BYTES_PER_BLOCK} B",
+                slots * BYTES_PER_BLOCK,
             )
         if self.reservation is Reservation.SLOTS and self.placement is not Placement.FIRST_FIT:
             raise ConfigError(

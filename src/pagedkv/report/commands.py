@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to the ``pagedkv`` parser."""
     report = sub.add_parser(
         "report",
+        allow_abbrev=False,
         help="Build one self-contained HTML page of every experiment's results and the claims.",
         description="Build one self-contained HTML page (images embedded, works offline) from "
         "every directory under DIR holding a results.json, and the claims table of "

@@ -19,6 +19,7 @@ from typing import Any
 from pagedkv import __version__
 from pagedkv.errors import PagedKVError
 from pagedkv.io import atomic_write_text
+from pagedkv.validation import JsonShape, check_json_shape
 
 ORDER = (
     "lesson",
@@ -96,14 +97,32 @@ def fmt_interval(mean: object, low: object, high: object) -> str:
     return f"{fmt(mean)} [{fmt(low)}, {fmt(high)}]"
 
 
-def load_json(path: Path, root: Path) -> dict[str, Any]:
+RESULTS_SHAPE: JsonShape = {
+    "experiment": (str, None),
+    "title": (str, None),
+    "question": (str, None),
+    "setup": (dict, None),
+    "columns": (list, str),
+    "rows": (list, dict),
+    "summary_columns": (list, str),
+    "summary": (list, dict),
+    "plots": (list, dict),
+    "findings": (list, None),
+}
+"""What the report reads of a results.json, each key optional (the experiments' schema)."""
+CLAIMS_SHAPE: JsonShape = {"claims": (list, dict)}
+
+
+def load_json(path: Path, root: Path, shape: JsonShape | None = None) -> dict[str, Any]:
+    """The JSON object of ``path``, its keys of ``shape`` (default: ``RESULTS_SHAPE``) of the
+    right types; one error naming the file otherwise."""
+    where = str(path.relative_to(root))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise PagedKVError(f"{path.relative_to(root)}: cannot be read as JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise PagedKVError(f"{path.relative_to(root)}: must be a JSON object")
-    return data
+        raise PagedKVError(f"{where}: cannot be read as JSON ({e})") from None
+    check_json_shape(where, data, RESULTS_SHAPE if shape is None else shape, required=False)
+    return dict(data)
 
 
 def find_experiments(results_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -293,7 +312,11 @@ def render(results_dir: Path) -> str:
     """The page's text (raises ``PagedKVError`` when there is nothing to report)."""
     experiments = find_experiments(results_dir)
     claims_path = results_dir / "claims" / "claims.json"
-    claims = load_json(claims_path, results_dir).get("claims", []) if claims_path.is_file() else []
+    claims = (
+        load_json(claims_path, results_dir, CLAIMS_SHAPE).get("claims", [])
+        if claims_path.is_file()
+        else []
+    )
     if not experiments and not claims_path.is_file():
         raise PagedKVError(
             f"no results in {results_dir}: no results.json below it and no claims/claims.json "

@@ -6,7 +6,10 @@ means. Rates span decades, so the midpoint is geometric (``sqrt(lo * hi)``): the
 found to a relative ``tolerance`` in ``log2(log(high / low) / log(1 + tolerance))`` probes.
 Order of probes: ``low`` first (a candidate that fails there is infeasible), then ``high``
 (one that passes there is reported at ``high``, capped), then midpoints until
-``fail / pass <= 1 + tolerance``; the answer is the highest rate that passed.
+``fail / pass <= 1 + tolerance``; the answer is the highest rate that passed. The search also
+stops when the midpoint no longer lies strictly between the two (floating point has run out of
+rates between them), so it ends for any tolerance, 0 included; a plan's tolerance is bounded
+below by ``MIN_TOLERANCE`` all the same, so its answer means what the tolerance says.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+MIN_TOLERANCE = 1e-9
+"""The finest relative tolerance a plan may ask for: about 2^30 times float64's spacing (2.2e-16),
+so the midpoints still move, and at most about 40 probes over any allowed rate range."""
 
 
 @dataclass
@@ -35,7 +42,8 @@ class RateSearch:
             return None if self.passed >= self.high else self.high
         if self.failed / self.passed <= 1 + self.tolerance:
             return None
-        return math.sqrt(self.passed * self.failed)
+        mid = math.sqrt(self.passed) * math.sqrt(self.failed)  # no overflow of the product
+        return mid if self.passed < mid < self.failed else None  # no rate left between them
 
     def record(self, rate: float, ok: bool) -> None:
         self.probes.append((rate, ok))

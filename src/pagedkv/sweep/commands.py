@@ -98,7 +98,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError("--set", item, "must be KEY=VALUE (a simulate option)")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except (yaml.YAMLError, ValueError) as e:
+            problem = getattr(e, "problem", None) or str(e)
+            allowed = f"must be KEY=VALUE, the value in YAML ({problem})"
+            raise ConfigError("--set", item, allowed) from None
     if args.gpu:
         overrides["gpus"] = dict(_gpu_price(g) for g in args.gpu)
     for key in ("model", "tensor_parallel_sizes", "block_sizes", "schedulers", "seeds"):
@@ -148,6 +153,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to the ``pagedkv`` parser."""
     sweep = sub.add_parser(
         "sweep",
+        allow_abbrev=False,
         help="Run a grid of simulations (local processes or Ray) into one table; resumable.",
         description="Run every point of SPEC.yaml (a grid of simulate options x seeds) on local "
         "processes or Ray, into one tidy table (CSV and Parquet), resumable.",
@@ -166,6 +172,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
     plan = sub.add_parser(
         "plan",
+        allow_abbrev=False,
         help="Find each candidate deployment's highest rate inside the SLOs; rank by cost.",
         description="For each candidate (GPU x tensor-parallel degree x block size x "
         "scheduler), bisect on request rate for the highest rate at which every seed meets "

@@ -20,18 +20,18 @@ tolerance: 0.05
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.engine.gpus import get_gpu
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import FLAT_KEYS, SimulationConfig
+from pagedkv.sweep.bisect import MIN_TOLERANCE
 from pagedkv.sweep.spec import _seeds
+from pagedkv.validation import check_bounds, check_float, float_field, read_yaml
+from pagedkv.workloads.config import MAX_RATE, MIN_RATE
 
 SLO_METRICS = ("ttft_p99", "tpot_p99", "normalized_latency_p99")
 VARIED = ("gpu", "tensor_parallel_size", "block_size", "scheduler", "seed", "request_rate")
@@ -41,6 +41,9 @@ LISTS = {
     "schedulers": (["vllm"], str),
 }
 RESERVED = ("gpus", *LISTS, "slo", "seeds", "rate_low", "rate_high", "tolerance")
+MAX_PRICE = 1e6
+"""Price per GPU-hour: any finite price up to a million."""
+MAX_SLO_SECONDS = 1e9
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,18 @@ class PlanSpec:
     schedulers: tuple[str, ...]
     slo: dict[str, float]
     seeds: tuple[int, ...]
-    rate_low: float = 0.25
-    rate_high: float = 64.0
-    tolerance: float = 0.05
+    rate_low: float = float_field(0.25, "Lowest rate probed (req/s).", MIN_RATE, MAX_RATE)
+    rate_high: float = float_field(64.0, "Highest rate probed (req/s).", MIN_RATE, MAX_RATE)
+    tolerance: float = float_field(
+        0.05,
+        "Relative precision of each candidate's rate: the search stops when the lowest failing "
+        "rate / the highest passing one <= 1 + tolerance.",
+        MIN_TOLERANCE,
+        10.0,
+    )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         for key, value in self.options.items():
             if key in VARIED:
                 raise ConfigError(key, value, "is chosen by the planner; list candidates instead")
@@ -90,7 +100,7 @@ class PlanSpec:
             raise ConfigError("gpus", self.gpus, "must map at least one GPU to its price")
         for name, price in self.gpus.items():
             get_gpu(name)
-            _positive(f"gpus.{name}", price)
+            check_float(f"gpus.{name}", price, 0.0, MAX_PRICE, lo_open=True)
         if not self.slo:
             raise ConfigError("slo", self.slo, "must set at least one of " + ", ".join(SLO_METRICS))
         for metric, limit in self.slo.items():
@@ -98,13 +108,12 @@ class PlanSpec:
                 raise ConfigError(
                     f"slo.{metric}", limit, "must be one of " + ", ".join(SLO_METRICS)
                 )
-            _positive(f"slo.{metric}", limit)
-        _positive("rate_low", self.rate_low)
-        _positive("rate_high", self.rate_high)
+            check_float(f"slo.{metric}", limit, 0.0, MAX_SLO_SECONDS, lo_open=True)
         if self.rate_high <= self.rate_low:
             raise ConfigError("rate_high", self.rate_high, f"must be > rate_low ({self.rate_low})")
-        _positive("tolerance", self.tolerance)
-        # Every candidate's config, built now: a bad value fails before any probe runs.
+        # Every candidate's config, built now: a bad value fails before any probe runs. (A
+        # candidate whose engine cannot be built, a model too big for its GPU, is a result:
+        # the plan reports it as an error row.)
         for c in self.candidates():
             SimulationConfig.from_flat(c.options(self.options, self.rate_low, self.seeds[0]))
 
@@ -141,11 +150,7 @@ class PlanSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> PlanSpec:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError("plan", str(path), f"must be a readable YAML file ({exc})") from exc
+        data = read_yaml("plan", path) or {}
         if not isinstance(data, dict):
             raise ConfigError("plan", str(path), "must be a YAML mapping")
         return cls.from_dict({**data, **(overrides or {})})
@@ -163,17 +168,6 @@ class PlanSpec:
             "rate_high": self.rate_high,
             "tolerance": self.tolerance,
         }
-
-
-def _positive(field: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ConfigError(field, value, "must be a finite number > 0")
-    return float(value)
 
 
 def _list(field: str, value: object, kind: type) -> tuple[Any, ...]:

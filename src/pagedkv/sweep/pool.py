@@ -54,14 +54,20 @@ def _call(fn: Callable[[Any], Any], point: Any) -> tuple[Any, str | None]:
         return None, describe_error(exc)
 
 
+MAX_WORKERS = 4096
+"""Processes or Ray tasks in flight: each local worker is a process of its own."""
+
+
 def check_backend(backend: str, workers: int | None) -> None:
     """Bad backend or worker count: one ``ConfigError`` before any point runs."""
     if backend not in BACKENDS:
         raise ConfigError("backend", backend, "must be one of " + ", ".join(map(repr, BACKENDS)))
     if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS
     ):
-        raise ConfigError("workers", workers, "must be an integer >= 1 (or unset: all cores)")
+        raise ConfigError(
+            "workers", workers, f"must be an integer in [1, {MAX_WORKERS}] (or unset: all cores)"
+        )
 
 
 def run_points(

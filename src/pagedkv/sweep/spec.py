@@ -13,7 +13,10 @@ seeds: 3                       # a count (seeds 0, 1, 2) or a list of seeds
 ```
 
 Points come grid-major, then zip rows, then seeds. Every point's ``SimulationConfig`` is built
-up front, so an unknown key or a bad value is one ``ConfigError`` before any point runs.
+up front and checked as its engine build would check it (``simulation.check_buildable``: the
+pools' memory, a contiguous space too small for max_model_len, pinned prefixes that do not fit,
+the workload itself), so an unknown key or a bad value is one ``ConfigError`` before any point
+runs. A spec has at most ``MAX_POINTS`` points.
 """
 
 from __future__ import annotations
@@ -21,19 +24,23 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pagedkv.errors import ConfigError
-from pagedkv.simulation import FLAT_KEYS, SimulationConfig
+from pagedkv.simulation import FLAT_KEYS, SimulationConfig, check_buildable
+from pagedkv.validation import read_yaml
+from pagedkv.workloads.config import MAX_SEED, WorkloadConfig
 
 RESERVED = ("grid", "zip", "seeds")
 OPTION_HELP = "is not an option; see `pagedkv simulate --help`"
 RUN_OPTIONS = ("reference", "trace_steps")
+MAX_POINTS = 100_000
+"""Points of one sweep: each is a journal line and a table row, and is checked up front."""
+MAX_SEEDS = 10_000
 
 
 @dataclass(frozen=True)
@@ -82,20 +89,17 @@ class SweepSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepSpec:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError("spec", str(path), f"must be a readable YAML file ({exc})") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError("spec", str(path), f"must be valid YAML ({exc})") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(read_yaml("spec", path))
 
     def points(self) -> list[SweepPoint]:
         """Every point, each validated by building its ``SimulationConfig`` now."""
         rows = list(zip(*self.zipped.values(), strict=True)) or [()]  # lengths checked
+        total = math.prod(len(v) for v in self.grid.values()) * len(rows) * len(self.seeds)
+        if total > MAX_POINTS:
+            raise ConfigError("spec", f"{total} points", f"must have at most {MAX_POINTS} points")
         out: list[SweepPoint] = []
         ids: dict[str, dict[str, Any]] = {}
+        checked: set[WorkloadConfig] = set()
         for combo in itertools.product(*self.grid.values()):
             for row in rows:
                 varied = {
@@ -104,7 +108,9 @@ class SweepSpec:
                 }
                 for seed in self.seeds:
                     options = {**self.base, **varied, "seed": seed}
-                    pid = point_id(SimulationConfig.from_flat(options))
+                    config = SimulationConfig.from_flat(options)
+                    check_buildable(config, checked)
+                    pid = point_id(config)
                     if pid in ids:
                         raise ConfigError(
                             "spec", varied, f"is the same configuration as {ids[pid]}"
@@ -135,15 +141,21 @@ def _lists(field: str, value: object) -> dict[str, list[Any]]:
 
 
 def _seeds(value: object) -> tuple[int, ...]:
-    allowed = "must be a count >= 1 or a non-empty list of distinct integers >= 0"
+    allowed = (
+        f"must be a count in [1, {MAX_SEEDS}] or a non-empty list of at most {MAX_SEEDS} "
+        f"distinct integers in [0, {MAX_SEED}]"
+    )
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
+        if not 1 <= value <= MAX_SEEDS:
             raise ConfigError("seeds", value, allowed)
         return tuple(range(value))
     if (
         not isinstance(value, list)
         or not value
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)
+        or len(value) > MAX_SEEDS
+        or any(
+            isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED for s in value
+        )
         or len(set(value)) != len(value)
     ):
         raise ConfigError("seeds", value, allowed)

@@ -24,6 +24,7 @@ from pagedkv.errors import ConfigError
 from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_config import DecoderConfig
 from pagedkv.tensors.text import TextTokenizer
+from pagedkv.validation import read_text
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -49,10 +50,11 @@ class Checkpoint:
 
 
 def _read_json(path: Path, field: str) -> dict[str, Any]:
+    text = read_text(field, path)  # missing, a directory, not UTF-8, too large: one error
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(field, str(path), f"must be a readable JSON file ({exc})") from exc
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(field, str(path), f"must be valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(field, str(path), "must hold a JSON object")
     return data

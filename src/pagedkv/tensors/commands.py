@@ -102,6 +102,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
     gen = sub.add_parser(
         "generate",
+        allow_abbrev=False,
         help="Generate with a local Hugging Face checkpoint (or a tiny random model) on the "
         "real paged KV cache (torch).",
         description="Run prompts through the simulator's engine and scheduler with the real "

@@ -28,6 +28,7 @@ import torch
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.engine import Engine
 from pagedkv.errors import ConfigError
+from pagedkv.footprint import check_memory
 from pagedkv.memory.block_table import cdiv
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.tensors.checkpoint import GenerationDefaults, load_checkpoint
@@ -37,18 +38,17 @@ from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_config import DecoderConfig, tiny_config
 from pagedkv.tensors.sampling import SamplingConfig
 from pagedkv.tensors.text import TextTokenizer
-from pagedkv.validation import check_choice
+from pagedkv.validation import check_choice, read_text
 from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.token_ids import check_ids
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
 def load_prompts(path: str | Path, vocab_size: int) -> list[tuple[int, ...]]:
     """One prompt per non-empty line: space-separated token ids in [0, vocab_size)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("prompts", str(path), f"must be a readable file ({exc})") from exc
+    text = read_text("prompts", path)
+    check_ids("prompts", str(path), len(text) // 2 + 1)  # at most one id per two characters
     allowed = f"each line must be space-separated token ids in [0, {vocab_size})"
     out: list[tuple[int, ...]] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -66,6 +66,17 @@ def load_prompts(path: str | Path, vocab_size: int) -> list[tuple[int, ...]]:
     return out
 
 
+def weight_count(shape: DecoderConfig) -> int:
+    """About how many parameters a decoder of ``shape`` has (embeddings, attention, MLP)."""
+    h = shape.hidden_size
+    attention = (
+        2 * h * shape.num_heads * shape.head_dim + 2 * h * shape.num_kv_heads * shape.head_dim
+    )
+    mlp = 3 * h * shape.intermediate_size
+    embeddings = shape.vocab_size * h * (1 if shape.tie_word_embeddings else 2)
+    return embeddings + shape.max_position * h + shape.num_layers * (attention + mlp)
+
+
 def _model(
     config: GenerateConfig,
 ) -> tuple[Decoder, GenerationDefaults, TextTokenizer | None]:
@@ -74,6 +85,9 @@ def _model(
         ck = load_checkpoint(config.model, dtype=dtype)
         return ck.decoder, ck.generation, ck.tokenizer
     shape = DecoderConfig.from_hf(config.config) if config.config else tiny_config(config.model)
+    size = torch.empty((), dtype=dtype or torch.float32).element_size()
+    weights = size * weight_count(shape)  # checked before the random weights are made
+    check_memory("config", config.config or config.model, f"{weights} B of weights", weights)
     model = Decoder.random(shape, seed=config.seed, dtype=dtype or torch.float32)
     return model, GenerationDefaults(), None
 
@@ -107,12 +121,7 @@ def _prompts(
         )
         if not as_text:
             return load_prompts(config.prompts, vocab_size)
-        try:
-            lines = Path(config.prompts).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ConfigError(
-                "prompts", config.prompts, f"must be a readable file ({exc})"
-            ) from exc
+        lines = read_text("prompts", config.prompts).splitlines()
         texts = [line for line in lines if line.strip()]
         if not texts:
             raise ConfigError("prompts", config.prompts, "must hold at least one prompt")
@@ -174,6 +183,16 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
         num_blocks = config.num_beams * sum(
             cdiv(len(p) + max_new, config.block_size) for p in prompts
         )
+    # The K/V tensors (GPU and CPU pools), checked before they are allocated.
+    size = torch.empty((), dtype=model.dtype).element_size()
+    slot_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * size
+    blocks = num_blocks + num_cpu_blocks
+    check_memory(
+        "num_gpu_blocks",
+        num_blocks,
+        f"{blocks} K/V blocks x {config.block_size} slots x {slot_bytes} B",
+        blocks * config.block_size * slot_bytes,
+    )
     specs = [
         RequestSpec(i, len(p), max_new, token_ids=p, beam_width=config.num_beams)
         for i, p in enumerate(prompts)

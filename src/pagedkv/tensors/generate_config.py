@@ -6,11 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagedkv.engine.config import PreemptionMode
+from pagedkv.engine.config import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, PreemptionMode
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import EvictionPolicy
+from pagedkv.memory.config import MAX_BLOCK_SIZE, MAX_BLOCKS, EvictionPolicy
 from pagedkv.tensors.model_config import ARCHITECTURES
-from pagedkv.validation import check_bool, check_choice, check_fraction, check_int, help_field
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_int,
+    float_field,
+    help_field,
+    int_field,
+)
+from pagedkv.workloads.config import MAX_SAMPLES
+from pagedkv.workloads.token_ids import check_ids
+
+MAX_PROMPTS = 1 << 16
+MAX_LEN = 1 << 20
+"""Tokens of a prompt or of an output: a real model's positions, far above a demo's."""
 
 DTYPE_NAMES = ("auto", "float32", "float64", "bfloat16")
 PROMPT_FORMATS = ("auto", "ids", "text")
@@ -43,57 +57,77 @@ class GenerateConfig:
     prompt_format: str = help_field(
         "auto", "How --prompts lines read: 'ids', 'text', or 'auto' (text with a tokenizer)."
     )
-    num_prompts: int = help_field(8, "Random prompts when none is given (>= 1).")
-    prompt_len: int = help_field(32, "Length of each random prompt (>= 1).")
-    max_new_tokens: int | None = help_field(
+    num_prompts: int = int_field(8, "Random prompts when none is given.", 1, MAX_PROMPTS)
+    prompt_len: int = int_field(32, "Length of each random prompt.", 1, MAX_LEN)
+    max_new_tokens: int | None = int_field(
         None,
-        "Most tokens generated per prompt (>= 1; vLLM's max_tokens); default: the "
-        "checkpoint's generation_config max_new_tokens, else 16.",
+        "Most tokens generated per prompt (vLLM's max_tokens); default: the checkpoint's "
+        "generation_config max_new_tokens, else 16.",
+        1,
+        MAX_LEN,
     )
     stop_token_ids: tuple[int, ...] = help_field(
         (), "Token ids that end a request when sampled, besides the checkpoint's EOS."
     )
     ignore_eos: bool = help_field(False, "Do not stop at the checkpoint's EOS tokens.")
-    block_size: int = help_field(16, "Token slots per KV block (>= 1).")
-    num_gpu_blocks: int | None = help_field(
-        None, "KV blocks in the pool; default: room for every request at once."
+    block_size: int = int_field(16, "Token slots per KV block.", 1, MAX_BLOCK_SIZE)
+    num_gpu_blocks: int | None = int_field(
+        None, "KV blocks in the pool; default: room for every request at once.", 1, MAX_BLOCKS
     )
-    num_cpu_blocks: int = help_field(64, "Blocks of the CPU swap pool (>= 0).")
-    swap_space: float | None = help_field(
-        None, "CPU swap space in GiB instead of num_cpu_blocks (blocks of this model's K/V)."
+    num_cpu_blocks: int = int_field(64, "Blocks of the CPU swap pool.", 0, MAX_BLOCKS)
+    swap_space: float | None = float_field(
+        None,
+        "CPU swap space in GiB instead of num_cpu_blocks (blocks of this model's K/V).",
+        0.0,
+        1024.0,
     )
-    watermark: float = help_field(0.01, "Fraction of blocks admission keeps free, in [0, 1).")
+    watermark: float = float_field(
+        0.01, "Fraction of blocks admission keeps free.", 0.0, 1.0, hi_open=True
+    )
     scheduler: str = help_field("vllm", "Scheduling policy (see `pagedkv simulate --help`).")
-    max_num_seqs: int | None = help_field(
-        None, "Most requests running at once; default 256 (at most the token budget)."
+    max_num_seqs: int | None = int_field(
+        None,
+        "Most requests running at once; default 256 (at most the token budget).",
+        1,
+        MAX_NUM_SEQS,
     )
-    max_model_len: int | None = help_field(
-        None, "Longest request (prompt + output); default: the model's max_position."
+    max_model_len: int | None = int_field(
+        None, "Longest request (prompt + output); default: the model's max_position.", 1, MAX_LEN
     )
     preemption_mode: str = help_field("recompute", "'recompute' or 'swap'.")
     group_preemption_mode: str = help_field(
         "swap", "How a beam group is preempted: 'swap' or 'recompute'."
     )
     enable_chunked_prefill: bool = help_field(False, "Chunked prefill (vLLM v1).")
-    max_num_batched_tokens: int | None = help_field(None, "Token budget of one iteration.")
+    max_num_batched_tokens: int | None = int_field(
+        None, "Token budget of one iteration.", 1, MAX_BATCHED_TOKENS
+    )
     enable_prefix_caching: bool = help_field(
         False, "Reuse cached full blocks of equal prefixes (vLLM's automatic prefix caching)."
     )
     eviction_policy: str = help_field(
         "lru", "Which free cached block prefix caching evicts first: 'lru' or 'lfu'."
     )
-    temperature: float = help_field(0.0, "0: greedy; else seeded sampling at this temperature.")
-    num_beams: int = help_field(
-        1, "Beam search width per prompt (>= 1; 1: none); the output is the best beam."
+    temperature: float = float_field(
+        0.0, "0: greedy; else seeded sampling at this temperature.", 0.0, 100.0
+    )
+    num_beams: int = int_field(
+        1, "Beam search width per prompt (1: none); the output is the best beam.", 1, MAX_SAMPLES
     )
     dtype: str = help_field(
         "auto", "auto (float32; a checkpoint: as stored), float32, float64 or bfloat16."
     )
-    seed: int = help_field(
-        0, "Seed of random weights and prompts; request i samples with a seed from (seed, i)."
+    seed: int = int_field(
+        0,
+        "Seed of random weights and prompts; request i samples with a seed from (seed, i).",
+        0,
+        2**63 - 1,
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
+        if self.prompts is None and not self.prompt:  # the random prompts' ids, before drawn
+            check_ids("num_prompts", self.num_prompts, self.num_prompts * self.prompt_len)
         if self.model not in ARCHITECTURES:
             if self.config is not None:
                 raise ConfigError("config", self.config, "only with a built-in model: gpt2, llama")
@@ -125,7 +159,6 @@ class GenerateConfig:
             v = self.swap_space
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ConfigError("swap_space", v, "must be a number of GiB >= 0")
-        check_fraction("watermark", self.watermark)
         for name in ("max_num_seqs", "max_model_len"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_int, help_field
+from pagedkv.validation import check_bounds, check_int, float_field, help_field, int_field
 
 ARCHITECTURES = ("gpt2", "llama")
 # Hugging Face activation names -> (torch function, GELU approximation). GPT-2 uses "gelu_new",
@@ -39,16 +39,18 @@ class DecoderConfig:
     """Shape and numerics of a decoder-only transformer (GPT-2 or Llama family)."""
 
     arch: str = help_field("llama", "Architecture: 'gpt2' or 'llama'.")
-    vocab_size: int = help_field(256, "Vocabulary size (>= 1).")
-    hidden_size: int = help_field(64, "Residual width (>= 1).")
-    num_layers: int = help_field(2, "Decoder layers (>= 1).")
-    num_heads: int = help_field(4, "Query heads (>= 1, divides hidden_size unless head_dim).")
-    num_kv_heads: int = help_field(2, "K/V heads (>= 1, divides num_heads; gpt2: num_heads).")
-    head_dim: int = help_field(16, "Width of one head (>= 1).")
-    intermediate_size: int = help_field(128, "MLP width (>= 1).")
-    max_position: int = help_field(512, "Longest sequence (gpt2: rows of the position table).")
-    norm_eps: float = help_field(1e-5, "Epsilon of LayerNorm / RMSNorm (> 0).")
-    rope_theta: float = help_field(10000.0, "RoPE base (llama; > 0).")
+    vocab_size: int = int_field(256, "Vocabulary size.", 1, 1 << 22)
+    hidden_size: int = int_field(64, "Residual width.", 1, 1 << 16)
+    num_layers: int = int_field(2, "Decoder layers.", 1, 1024)
+    num_heads: int = int_field(4, "Query heads (divides hidden_size unless head_dim).", 1, 1024)
+    num_kv_heads: int = int_field(2, "K/V heads (divides num_heads; gpt2: num_heads).", 1, 1024)
+    head_dim: int = int_field(16, "Width of one head.", 1, 1 << 12)
+    intermediate_size: int = int_field(128, "MLP width.", 1, 1 << 18)
+    max_position: int = int_field(
+        512, "Longest sequence (gpt2: rows of the position table).", 1, 1 << 24
+    )
+    norm_eps: float = float_field(1e-5, "Epsilon of LayerNorm / RMSNorm.", 0.0, 1.0, lo_open=True)
+    rope_theta: float = float_field(10000.0, "RoPE base (llama).", 0.0, 1e12, lo_open=True)
     activation: str = help_field("silu", "MLP activation (Hugging Face name).")
     tie_word_embeddings: bool = help_field(False, "lm_head shares the token embedding.")
     model_type: str = help_field("", "The Hugging Face model_type it was read from ('': built in).")
@@ -58,8 +60,11 @@ class DecoderConfig:
     o_bias: bool = help_field(False, "llama: the output projection has a bias (attention_bias).")
     mlp_bias: bool = help_field(False, "llama: the MLP projections have biases (mlp_bias).")
     qk_norm: bool = help_field(False, "llama: RMSNorm of each q/k head before RoPE (Qwen3).")
-    sliding_window: int | None = help_field(
-        None, "llama: a query sees only the last sliding_window keys, itself included (Mistral)."
+    sliding_window: int | None = int_field(
+        None,
+        "llama: a query sees only the last sliding_window keys, itself included (Mistral).",
+        1,
+        1 << 30,
     )
     sliding_layers: tuple[bool, ...] = help_field(
         (), "Which layers use sliding_window (Qwen2/Qwen3 layer_types); (): all of them."
@@ -78,6 +83,7 @@ class DecoderConfig:
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         if self.arch not in ARCHITECTURES:
             raise ConfigError("arch", self.arch, "must be one of " + ", ".join(ARCHITECTURES))
         for name in (

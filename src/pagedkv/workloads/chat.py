@@ -29,6 +29,8 @@ for a follow-up its ``think_time``: written as a trace (``write_trace``) and rea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pagedkv.workloads.config import (
     DEFAULT_CHAT_TURNS,
     DEFAULT_NUM_SESSIONS,
@@ -37,7 +39,7 @@ from pagedkv.workloads.config import (
 )
 from pagedkv.workloads.shared_prefix import start_times, stream_rng, suffix_model
 from pagedkv.workloads.spec import RequestSpec
-from pagedkv.workloads.token_ids import own_ids, prefix_ids
+from pagedkv.workloads.token_ids import check_ids, own_ids, prefix_ids
 
 THINK_STREAM = 12
 """Spawn key of the think-time stream (after ``shared_prefix``'s 10 and 11)."""
@@ -57,6 +59,8 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
     system = prefix_ids(0, config.prefix_len) if config.prefix_len else ()
     system_columns = (("prefix_id", "0"), ("prefix_len", str(len(system)))) if system else ()
     max_len = config.max_model_len
+    new, repeated = chat_id_counts(sessions, turns, len(system), messages, outputs, max_len)
+    check_ids("num_sessions", sessions, new, repeated)
     specs: list[RequestSpec] = []
     for s in range(sessions):
         history: tuple[int, ...] = system  # the conversation so far, prompt and output ids
@@ -92,3 +96,29 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
             history = ids + out_ids
             parent = r
     return specs
+
+
+def chat_id_counts(
+    sessions: int,
+    turns: int,
+    system: int,
+    messages: Sequence[int],
+    outputs: Sequence[int],
+    max_len: int,
+) -> tuple[int, int]:
+    """The ids ``chat_workload`` makes and repeats, from the lengths alone (the same walk: a
+    turn repeats the conversation so far, the system prompt included, and makes its message's
+    and its output's ids), so they are checked against the footprint cap before any is made."""
+    new, repeated = system, 0
+    for s in range(sessions):
+        history = system
+        for t in range(turns):
+            i = s * turns + t
+            prompt = history + int(messages[i])
+            if prompt > max_len - 1:
+                break
+            output = min(int(outputs[i]), max_len - prompt)
+            repeated += history
+            new += prompt - history + output
+            history = prompt + output
+    return new, repeated

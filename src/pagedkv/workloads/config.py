@@ -13,8 +13,19 @@ import os
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_bool, check_choice, check_int, help_field
+from pagedkv.footprint import BYTES_PER_REQUEST, check_memory
+from pagedkv.validation import (
+    check_bool,
+    check_bounds,
+    check_choice,
+    check_int,
+    float_field,
+    help_field,
+    int_field,
+)
 from pagedkv.workloads.arrivals import Arrival, check_rate
+from pagedkv.workloads.lesson import LESSON
+from pagedkv.workloads.token_ids import SPAN
 
 DEFAULT_NUM_REQUESTS = 1000
 """Requests of a synthetic workload unless told: vLLM's serving benchmark's ``--num-prompts``
@@ -22,6 +33,19 @@ default (``benchmarks/benchmark_serving.py``)."""
 
 LESSON_MAX_REQUESTS = 50
 """The lesson's request i has 50 - i output tokens (``lesson.py``), so at most 50 requests."""
+
+MAX_TOKENS = SPAN
+"""The longest request, in tokens (max_model_len and every length field): the token ids of one
+owner span ``token_ids.SPAN`` = 2^24, more than any model's context."""
+MAX_REQUESTS = 1 << 24
+"""The most requests (and sessions, prefixes) a workload may ask for; ``pagedkv.footprint`` caps
+what they would hold lower still."""
+MAX_SAMPLES = 1024
+"""The most parallel samples or beams per request."""
+MAX_SEED = 2**64 - 1
+MAX_RATE = 1e9
+"""Requests per second: a nanosecond apart; ``MIN_RATE`` = 1e-9 is one every 32 years."""
+MIN_RATE = 1e-9
 
 TRACE_SUFFIXES = (".jsonl", ".csv", ".json")
 """Our trace formats (``trace.py``), and ``.json`` for a ShareGPT-format file."""
@@ -85,60 +109,91 @@ class WorkloadConfig:
         "Workload: 'lesson', 'sharegpt-like', 'alpaca-like', 'fixed', 'uniform', 'trace', "
         "'shared-prefix', 'chat' or 'translation'.",
     )
-    num_requests: int | None = help_field(
+    num_requests: int | None = int_field(
         None,
         f"Requests (>= 1). Default: the lesson's 20, every request of a trace, "
         f"{DEFAULT_NUM_REQUESTS} for a synthetic kind (vLLM's benchmark default); the lesson "
         f"has at most {LESSON_MAX_REQUESTS}; a trace keeps its first num_requests.",
+        1,
+        MAX_REQUESTS,
     )
-    seed: int = help_field(
-        0, "Seed (>= 0) of every random draw: lengths and arrivals use independent streams."
+    seed: int = int_field(
+        0,
+        "Seed of every random draw: lengths and arrivals use independent streams.",
+        0,
+        MAX_SEED,
     )
     arrival: Arrival | None = help_field(
         None,
         "Arrival process: 'all-at-once' (t = 0), 'poisson' or 'gamma' (both need "
         "request_rate). Default: all at t = 0, except 'trace' which keeps the file's times.",
     )
-    request_rate: float | None = help_field(
-        None, "Mean arrival rate in requests per second (> 0); only for 'poisson' and 'gamma'."
+    request_rate: float | None = float_field(
+        None,
+        "Mean arrival rate in requests per second; only for 'poisson' and 'gamma' (all at "
+        "once is arrival 'all-at-once', not an infinite rate).",
+        MIN_RATE,
+        MAX_RATE,
     )
-    burstiness_cv: float = help_field(
+    burstiness_cv: float = float_field(
         1.0,
         "Coefficient of variation of the gamma inter-arrival times (> 0): 1 is Poisson, "
         "above 1 burstier, below 1 more regular. Only 'gamma' may set it to other than 1.",
+        1e-3,
+        1e3,
     )
-    prompt_len: int | None = help_field(None, "Prompt tokens of every request (kind 'fixed').")
-    output_len: int | None = help_field(None, "Output tokens of every request (kind 'fixed').")
-    min_prompt_len: int | None = help_field(None, "Smallest prompt length (kind 'uniform').")
-    max_prompt_len: int | None = help_field(None, "Largest prompt length (kind 'uniform').")
-    min_output_len: int | None = help_field(None, "Smallest output length (kind 'uniform').")
-    max_output_len: int | None = help_field(None, "Largest output length (kind 'uniform').")
+    prompt_len: int | None = int_field(
+        None, "Prompt tokens of every request (kind 'fixed').", 1, MAX_TOKENS
+    )
+    output_len: int | None = int_field(
+        None, "Output tokens of every request (kind 'fixed').", 1, MAX_TOKENS
+    )
+    min_prompt_len: int | None = int_field(
+        None, "Smallest prompt length (kind 'uniform').", 1, MAX_TOKENS
+    )
+    max_prompt_len: int | None = int_field(
+        None, "Largest prompt length (kind 'uniform').", 1, MAX_TOKENS
+    )
+    min_output_len: int | None = int_field(
+        None, "Smallest output length (kind 'uniform').", 1, MAX_TOKENS
+    )
+    max_output_len: int | None = int_field(
+        None, "Largest output length (kind 'uniform').", 1, MAX_TOKENS
+    )
     trace_path: str | None = help_field(
         None, "Trace file (kind 'trace'): .jsonl or .csv, or a ShareGPT-format .json."
     )
-    max_model_len: int = help_field(
+    max_model_len: int = int_field(
         2048,
-        "Maximum sequence length (>= 2): longer requests are cut to prompt + output <= this "
+        "Maximum sequence length: longer requests are cut to prompt + output <= this "
         "(the vLLM paper's 2048).",
+        2,
+        MAX_TOKENS,
     )
-    prefix_len: int | None = help_field(
+    prefix_len: int | None = int_field(
         None,
-        "Tokens of each shared prefix (>= 1, <= max_model_len - 2): needed by 'shared-prefix'; "
+        "Tokens of each shared prefix (<= max_model_len - 2): needed by 'shared-prefix'; "
         "for 'chat' an optional system prompt every session starts with.",
+        1,
+        MAX_TOKENS,
     )
-    num_prefixes: int | None = help_field(
-        None, "Distinct shared prefixes K (>= 1; kind 'shared-prefix', default 1)."
+    num_prefixes: int | None = int_field(
+        None, "Distinct shared prefixes K (kind 'shared-prefix', default 1).", 1, MAX_REQUESTS
     )
-    share_ratio: float | None = help_field(
+    share_ratio: float | None = float_field(
         None,
         "Fraction of requests that start with a shared prefix, in [0, 1] (kinds "
         "'shared-prefix' and 'translation', default 1); the others start with a private "
         "prefix of the same length, so the load does not depend on it.",
+        0.0,
+        1.0,
     )
-    prefix_zipf: float | None = help_field(
+    prefix_zipf: float | None = float_field(
         None,
-        "Zipf exponent of the prefixes' popularity (>= 0; 0: uniform; kind 'shared-prefix', "
+        "Zipf exponent of the prefixes' popularity (0: uniform; kind 'shared-prefix', "
         "default 1): prefix k is chosen with probability proportional to 1 / (k + 1)^a.",
+        0.0,
+        100.0,
     )
     lengths: SuffixLengths | None = help_field(
         None,
@@ -146,27 +201,33 @@ class WorkloadConfig:
         "'sharegpt-like', 'alpaca-like', 'fixed' or 'uniform' (with their length fields). "
         "Default: 'sharegpt-like' for shared-prefix, 'alpaca-like' for chat.",
     )
-    shots: int | None = help_field(
+    shots: int | None = int_field(
         None,
         "Translation examples in the shared prompt (kind 'translation'): 1 (an 80-token "
         "prefix) or 5 (341 tokens), as in the vLLM paper's §6.3. Default 1.",
-    )
-    num_sessions: int | None = help_field(
-        None, f"Chat sessions (>= 1; kind 'chat', default {DEFAULT_NUM_SESSIONS})."
-    )
-    chat_turns: int | None = help_field(
-        None, f"Turns per chat session (>= 1; kind 'chat', default {DEFAULT_CHAT_TURNS})."
-    )
-    num_samples: int = help_field(
         1,
-        "Parallel samples per request (>= 1): n sequences share the prompt's K/V and fork "
+        5,
+    )
+    num_sessions: int | None = int_field(
+        None, f"Chat sessions (kind 'chat', default {DEFAULT_NUM_SESSIONS}).", 1, MAX_REQUESTS
+    )
+    chat_turns: int | None = int_field(
+        None, f"Turns per chat session (kind 'chat', default {DEFAULT_CHAT_TURNS}).", 1, 1 << 16
+    )
+    num_samples: int = int_field(
+        1,
+        "Parallel samples per request: n sequences share the prompt's K/V and fork "
         "after the prefill (paged policies only; contiguous ones refuse such requests).",
-    )
-    beam_width: int = help_field(
         1,
-        "Beam search width per request (>= 1; 1: none): k beams share the prompt's K/V and "
+        MAX_SAMPLES,
+    )
+    beam_width: int = int_field(
+        1,
+        "Beam search width per request (1: none): k beams share the prompt's K/V and "
         "fork or die after every token by a seeded survival model (paged policies only; "
         "exclusive with num_samples).",
+        1,
+        MAX_SAMPLES,
     )
     samples_as_requests: bool = help_field(
         False,
@@ -174,13 +235,16 @@ class WorkloadConfig:
         "requests, each with the full prompt (nothing shared): the no-sharing baseline that "
         "contiguous policies can run.",
     )
-    think_time_mean: float | None = help_field(
+    think_time_mean: float | None = float_field(
         None,
-        "Mean seconds between a turn's answer and the next turn (exponential, >= 0; kind "
+        "Mean seconds between a turn's answer and the next turn (exponential; kind "
         f"'chat', default {DEFAULT_THINK_TIME}).",
+        0.0,
+        1e9,
     )
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         kind = check_choice("kind", self.kind, WorkloadKind)
         object.__setattr__(self, "kind", kind)
         if self.arrival is not None:
@@ -223,6 +287,31 @@ class WorkloadConfig:
             self._check_uniform()
         elif kind is WorkloadKind.TRACE:
             self._check_trace()
+        planned = self.planned_requests
+        if planned is not None:
+            field = "num_sessions" if kind is WorkloadKind.CHAT else "num_requests"
+            check_memory(
+                field,
+                getattr(self, field),
+                f"{planned} requests x {BYTES_PER_REQUEST} B",
+                planned * BYTES_PER_REQUEST,
+            )
+
+    @property
+    def planned_requests(self) -> int | None:
+        """The requests the run will serve, as the config says (None for a trace: its lines)."""
+        if self.kind is WorkloadKind.TRACE:
+            return None
+        if self.kind is WorkloadKind.CHAT:
+            n = (self.num_sessions or DEFAULT_NUM_SESSIONS) * (
+                self.chat_turns or DEFAULT_CHAT_TURNS
+            )
+        elif self.num_requests is not None:
+            n = self.num_requests
+        else:
+            n = LESSON.num_requests if self.kind is WorkloadKind.LESSON else DEFAULT_NUM_REQUESTS
+        width = max(self.num_samples, self.beam_width)
+        return n * width if self.samples_as_requests else n
 
     def _check_arrival(self) -> None:
         timed = self.arrival in (Arrival.POISSON, Arrival.GAMMA)

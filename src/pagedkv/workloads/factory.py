@@ -113,7 +113,8 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
         for new_id, i in enumerate(order)
     ]
     if config.kind is WorkloadKind.TRACE:
-        return with_prefix_ids(requests)  # ids from prefix_id / prefix_len columns, if any
+        # ids from prefix_id / prefix_len columns, if any
+        return with_prefix_ids(requests, str(config.trace_path))
     return requests
 
 

@@ -49,7 +49,7 @@ from pagedkv.workloads.synthetic import (
     Uniform,
     child_rng,
 )
-from pagedkv.workloads.token_ids import own_ids, prefix_ids
+from pagedkv.workloads.token_ids import check_ids, own_ids, prefix_ids
 
 SHARE_STREAM = 10
 """Spawn key of the stream that picks who shares (after ``synthetic.Stream``'s 0..2)."""
@@ -125,6 +125,9 @@ def shared_prefix_workload(config: WorkloadConfig) -> list[RequestSpec]:
     chosen = stream_rng(config.seed, PREFIX_STREAM).choice(num_prefixes, size=n, p=probs)
     times = start_times(config, n)
     max_len = config.max_model_len
+    prompts = prefix_len + np.minimum(np.asarray(suffixes), max_len - 1 - prefix_len)
+    finals = prompts + np.minimum(np.asarray(outputs), max_len - prompts)
+    check_ids("num_requests", n, int(finals.sum()))  # before any id is made
     specs = []
     for r in range(n):
         suffix = min(suffixes[r], max_len - 1 - prefix_len)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pagedkv import footprint
 from pagedkv.errors import ConfigError
-from pagedkv.validation import check_int
+from pagedkv.validation import check_int, read_text
 from pagedkv.workloads.spec import RequestSpec
 
 CHARS_PER_TOKEN = 4
@@ -72,11 +73,12 @@ def load_sharegpt(
     check_int("max_model_len", max_model_len, 2)
     check_int("seed", seed, 0)
     count = tokenizer if tokenizer is not None else approx_tokens
+    # missing, a directory, not UTF-8, larger than a quarter of the footprint cap (its parsed
+    # JSON holds a few times the file's bytes): one error
+    text = read_text("trace_path", path, footprint.MEMORY_CAP_BYTES // 4)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("trace_path", str(path), "no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(text)
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
         raise ConfigError(str(path), _clip(str(e)), "must be a UTF-8 JSON file") from None
     if not isinstance(data, list):
         raise ConfigError(str(path), type(data).__name__, "must be a JSON list of conversations")

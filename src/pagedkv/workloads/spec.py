@@ -9,6 +9,8 @@ from pagedkv.validation import check_int
 
 RESERVED_COLUMNS = ("request_id", "arrival_time", "prompt_len", "output_len")
 """The columns every trace has; an ``extra`` key may not reuse one of these names."""
+MAX_TOKEN_ID = 2**63 - 1
+"""Token ids are packed as int64 (the prefix cache's block hash, a tensor of ids)."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,13 @@ def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
     if (
         not isinstance(ids, tuple)
         or len(ids) != length
-        or not all(type(t) is int and t >= 0 for t in ids)
+        or not all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids)
     ):
+        shown = ids if not isinstance(ids, tuple) or len(ids) <= 8 else f"{len(ids)} ids"
         raise ConfigError(
-            field, ids, f"must be None or a tuple of {length_field} = {length} ints >= 0"
+            field,
+            shown,
+            f"must be None or a tuple of {length_field} = {length} ints in [0, 2^63 - 1]",
         )
 
 

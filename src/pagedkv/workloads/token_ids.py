@@ -26,7 +26,12 @@ its own new message: the whole previous conversation, id for id (``chat.py``). A
 follow-ups whose ids start with the conversation before them.
 
 Ids fit an int64 (the block hash packs them as such): the largest is about (2 n + 2) * 2^24,
-under 2^63 for any n below 2^37 requests.
+under 2^63 for any n below 2^37 requests; an owner beyond that (a trace's ``prefix_id`` above
+``MAX_PREFIX_ID``) is a ``ConfigError``.
+
+Ids cost memory (``pagedkv.footprint``): every workload that makes them checks their total,
+from the lengths alone, before it makes any (``check_ids``). A chat turn repeats the whole
+conversation before it, so a session's ids grow with the square of its turns.
 """
 
 from __future__ import annotations
@@ -37,15 +42,38 @@ import re
 from collections.abc import Sequence
 
 from pagedkv.errors import ConfigError
-from pagedkv.workloads.spec import RequestSpec
+from pagedkv.footprint import (
+    BYTES_PER_REPEATED_ID,
+    BYTES_PER_TOKEN_ID,
+    check_memory,
+    token_id_bytes,
+)
+from pagedkv.workloads.spec import MAX_TOKEN_ID, RequestSpec
 
 SPAN = 1 << 24
 """Ids per owner: more tokens than any one prompt or output (16.7M)."""
+MAX_OWNER = MAX_TOKEN_ID // SPAN - 1
+MAX_PREFIX_ID = MAX_OWNER // 2
+"""The largest shared prefix number whose ids fit an int64 (2^38 - 1)."""
+
+
+def check_ids(field: str, value: object, new_ids: int, repeated_ids: int = 0) -> None:
+    """Refuse a workload whose token ids (``new_ids`` made, ``repeated_ids`` referenced again
+    by a later tuple) would hold more than the footprint cap; checked before any is made."""
+    check_memory(
+        field,
+        value,
+        f"{new_ids} token ids x {BYTES_PER_TOKEN_ID} B"
+        + (f" + {repeated_ids} repeated x {BYTES_PER_REPEATED_ID} B" if repeated_ids else ""),
+        token_id_bytes(new_ids, repeated_ids),
+    )
 
 
 def _range(owner: int, start: int, length: int) -> tuple[int, ...]:
     if not 0 <= start <= start + length <= SPAN:
         raise ConfigError("token position", start + length, f"must be <= {SPAN} per owner")
+    if not 0 <= owner <= MAX_OWNER:
+        raise ConfigError("token id owner", owner, f"must be in [0, {MAX_OWNER}] (ids fit int64)")
     base = owner * SPAN
     return tuple(range(base + start, base + start + length))
 
@@ -66,7 +94,7 @@ def owner_of(token_id: int) -> tuple[str, int]:
     return ("prefix", owner // 2) if owner % 2 == 0 else ("request", owner // 2)
 
 
-def with_prefix_ids(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
+def with_prefix_ids(specs: Sequence[RequestSpec], source: str = "trace") -> list[RequestSpec]:
     """Token ids for a trace's requests from its ``prefix_id`` and ``prefix_len`` columns, then
     its sessions chained (``chain_sessions``, when it has a ``session_id`` column).
 
@@ -76,12 +104,14 @@ def with_prefix_ids(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     continue each request's own range. Requests without the columns are returned unchanged
     when no request has them.
     """
-    return chain_sessions(_prefix_columns(specs))
+    return chain_sessions(_prefix_columns(specs, source), source)
 
 
-def _prefix_columns(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
+def _prefix_columns(specs: Sequence[RequestSpec], source: str) -> list[RequestSpec]:
     if not any(name == "prefix_id" for r in specs for name, _ in r.extra):
         return list(specs)
+    total = sum(r.final_len for r in specs)
+    check_ids(f"{source}: prefix_id", f"{len(specs)} requests of {total} tokens", total)
     out = []
     for r in specs:
         extra = dict(r.extra)
@@ -99,13 +129,15 @@ def _prefix_columns(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
 
 
 def _column_int(r: RequestSpec, column: str, text: str | None) -> int:
-    if text is None or re.fullmatch(r"[0-9]+", text) is None:
+    top = MAX_PREFIX_ID if column == "prefix_id" else SPAN
+    value = int(text) if text is not None and re.fullmatch(r"[0-9]{1,20}", text) else -1
+    if not 0 <= value <= top:
         raise ConfigError(
             f"request {r.request_id}: {column}",
             text,
-            "must be an integer >= 0 (prefix_id may also be 'private')",
+            f"must be an integer in [0, {top}] (prefix_id may also be 'private')",
         )
-    return int(text)
+    return value
 
 
 DEFAULT_TRACE_THINK_TIME = 0.0
@@ -114,7 +146,35 @@ the previous turn finishes (a trace's own arrival times include the server's ans
 cannot tell the user's think time)."""
 
 
-def chain_sessions(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
+def session_id_counts(specs: Sequence[RequestSpec]) -> tuple[int, dict[str, int]]:
+    """What ``chain_sessions`` would hold, from the lengths alone: (ids it makes, the ids each
+    session repeats). A turn makes its message's and its output's ids and repeats the
+    conversation before it (the previous turn's prompt and output), so a session's repeats
+    grow with the square of its turns."""
+    previous: dict[str, int] = {}  # session -> its conversation so far, in tokens
+    repeated: dict[str, int] = {}
+    new = 0
+    for r in specs:
+        session = dict(r.extra).get("session_id")
+        if session is None:
+            continue
+        before = previous.get(session, 0)
+        repeated[session] = repeated.get(session, 0) + before
+        new += r.final_len - min(before, r.prompt_len)
+        previous[session] = r.final_len
+    return new, repeated
+
+
+def _check_sessions(specs: Sequence[RequestSpec], source: str) -> None:
+    """Refuse chaining over the footprint cap before any id is made, naming the file and the
+    session that repeats the most."""
+    new, repeated = session_id_counts(specs)
+    worst = max(repeated, key=repeated.__getitem__)  # a session_id column: one at least
+    field = f"{source}: session {worst!r}"
+    check_ids(field, f"{repeated[worst]} repeated token ids", new, sum(repeated.values()))
+
+
+def chain_sessions(specs: Sequence[RequestSpec], source: str = "trace") -> list[RequestSpec]:
     """A trace's ``session_id`` column made closed-loop chat, as kind 'chat' builds it.
 
     Requests with the same ``session_id`` are one conversation, its turns in list order (a
@@ -131,6 +191,7 @@ def chain_sessions(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     """
     if not any(name == "session_id" for r in specs for name, _ in r.extra):
         return list(specs)
+    _check_sessions(specs, source)
     last: dict[str, RequestSpec] = {}  # session -> its latest turn (ids set)
     out = []
     for r in specs:

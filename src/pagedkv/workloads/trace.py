@@ -41,11 +41,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from pagedkv import footprint
 from pagedkv.errors import ConfigError
+from pagedkv.footprint import BYTES_PER_REQUEST, check_memory
 from pagedkv.io import atomic_write_text
+from pagedkv.validation import read_text
+from pagedkv.workloads.config import MAX_TOKENS
 from pagedkv.workloads.spec import RESERVED_COLUMNS, RequestSpec
 
 REQUIRED_COLUMNS = ("arrival_time", "prompt_len", "output_len")
+MAX_REQUEST_ID = 2**63 - 1
 FORMATS = (".jsonl", ".csv")
 _DIGITS = re.compile(r"[0-9]+")
 _Raw = object  # a cell: str from CSV, any JSON value from JSONL
@@ -65,20 +70,24 @@ def read_trace(path: str | Path) -> list[RequestSpec]:
     """The requests of a ``.jsonl`` or ``.csv`` trace, in file order (see the module docstring)."""
     path = Path(path)
     suffix = _format(path)
-    try:
-        # newline="": no newline translation, so a quoted "\r" inside a CSV cell survives.
-        with path.open(encoding="utf-8", newline="") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ConfigError("trace_path", str(path), "no such file") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError("trace_path", str(path), f"must be UTF-8 text ({e.reason})") from None
+    # Bytes decoded as they are (no newline translation, so a quoted "\r" inside a CSV cell
+    # survives), a leading BOM dropped; missing, a directory, not UTF-8, larger than the
+    # footprint cap (a file this large cannot be a trace one run may hold): one error.
+    text = read_text("trace_path", path, footprint.MEMORY_CAP_BYTES)
     rows = _jsonl_rows(path, text) if suffix == ".jsonl" else _csv_rows(path, text)
     specs: list[RequestSpec] = []
     first_line_of: dict[int, int] = {}
     sessions: dict[str, _Turn] = {}
     previous = 0.0
+    max_requests = footprint.MEMORY_CAP_BYTES // BYTES_PER_REQUEST
     for index, (line, row) in enumerate(rows):
+        if index == max_requests:
+            check_memory(
+                f"{path}:{line}",
+                "requests",
+                f"{index + 1} requests x {BYTES_PER_REQUEST} B",
+                (index + 1) * BYTES_PER_REQUEST,
+            )
         spec = _to_spec(path, line, row, index, parse_text=suffix == ".csv")
         _check_session(path, line, spec, sessions)
         if spec.arrival_time < previous:
@@ -168,9 +177,10 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[int, Mapping[str, _Raw]
             continue
         try:
             row = json.loads(content)
-        except json.JSONDecodeError as e:
+        except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
             raise TraceError(
-                path, line, "json", _clip(content), f"must be a JSON object ({e.msg})"
+                path, line, "json", _clip(content), f"must be a JSON object ({msg})"
             ) from None
         if not isinstance(row, dict):
             raise TraceError(path, line, "json", _clip(content), "must be a JSON object")
@@ -178,7 +188,8 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[int, Mapping[str, _Raw]
 
 
 def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, Mapping[str, _Raw]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+    # strict: a quote never closed is an error, not a cell that swallows the rest of the file
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
     except StopIteration:
@@ -195,11 +206,15 @@ def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, Mapping[str, _Raw]]]
                 path, 1, name, None, "must be a column of the header; " + _required_message()
             )
     while True:
+        start = reader.line_num + 1
         try:
             cells = next(reader)
         except StopIteration:
             return
         except csv.Error as e:
+            if reader.line_num > start or "end of data" in str(e):
+                allowed = f"must be valid CSV: a quoted cell opened here is never closed ({e})"
+                raise TraceError(path, start, "csv", "", allowed) from None
             raise TraceError(path, reader.line_num, "csv", "", f"must be valid CSV ({e})") from None
         if not cells:
             continue  # a blank line
@@ -217,13 +232,19 @@ def _to_spec(
         if name not in row:
             raise TraceError(path, line, name, None, "must be present; " + _required_message())
 
-    def integer(name: str, minimum: int) -> int:
+    def integer(name: str, minimum: int, maximum: int) -> int:
         raw = row[name]
         value: object = raw
         if parse_text and isinstance(raw, str) and _DIGITS.fullmatch(raw.strip()):
-            value = int(raw)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise TraceError(path, line, name, raw, f"must be an integer >= {minimum}")
+            value = int(raw) if len(raw.strip()) <= 20 else maximum + 1  # no 10^6-digit parse
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise TraceError(
+                path,
+                line,
+                name,
+                _clip(raw) if isinstance(raw, str) else raw,
+                f"must be an integer in [{minimum}, {maximum}]",
+            )
         return value
 
     raw_time = row["arrival_time"]
@@ -235,8 +256,9 @@ def _to_spec(
         for name, value in row.items()
         if name not in RESERVED_COLUMNS
     )
-    request_id = integer("request_id", 0) if "request_id" in row else index
-    prompt_len, output_len = integer("prompt_len", 1), integer("output_len", 1)
+    request_id = integer("request_id", 0, MAX_REQUEST_ID) if "request_id" in row else index
+    prompt_len = integer("prompt_len", 1, MAX_TOKENS)
+    output_len = integer("output_len", 1, MAX_TOKENS)
     try:
         return RequestSpec(request_id, prompt_len, output_len, float(time), extra)
     except ConfigError as e:  # what RequestSpec checks beyond the above (an empty extra name)

@@ -35,14 +35,21 @@ class ContiguousScheduler(Scheduler):
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:
-        return ContiguousAllocator(
-            ContiguousConfig(
-                capacity=cache.capacity,
-                max_model_len=config.max_model_len,
-                placement=cls.placement,
-                reservation=cls.reservation,
-                block_size=cache.block_size,
-            )
+        return ContiguousAllocator(cls.memory_config(cache, config))
+
+    @classmethod
+    def check_memory(cls, cache: CacheConfig, config: SchedulerConfig) -> None:
+        cls.memory_config(cache, config)
+
+    @classmethod
+    def memory_config(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousConfig:
+        """The address space: ``cache``'s slots; refused if max_model_len does not fit in it."""
+        return ContiguousConfig(
+            capacity=cache.capacity,
+            max_model_len=config.max_model_len,
+            placement=cls.placement,
+            reservation=cls.reservation,
+            block_size=cache.block_size,
         )
 
     def schedule(self) -> SchedulerOutput:
