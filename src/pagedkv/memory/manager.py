@@ -22,10 +22,11 @@ from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
 from pagedkv.memory.pinned import PinnedPrefixMixin
-from pagedkv.memory.prefix_hash import BlockHash, hash_block, hash_blocks
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_block, hash_blocks
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.usage import MemoryUsage
+from pagedkv.validation import as_int
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._token_slots = 0  # distinct used GPU slots holding a token
         self._tails = TailBooks(self.block_size)
         self._watermark_blocks = config.watermark_blocks  # (a frozen config: read once)
+        # Token ids are read (hashed, matched) only with one of these on: only then are their
+        # types checked (their number always is).
+        self._ids_read = config.enable_prefix_caching or config.enable_pinned_prefixes
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -246,7 +250,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         the watermark, or the final length more blocks than the whole pool.
         LATER: it would leave fewer than the watermark's blocks free.
         """
-        self._check_new(seq_id, num_tokens, token_ids)
+        num_tokens, final_len = self._check_new(
+            seq_id, num_tokens, token_ids, final_len, cache_salt
+        )
         bs = self.block_size
         needed = -(-num_tokens // bs)
         gpu = self.gpu
@@ -278,7 +284,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         are reused. Returns the number of tokens already computed (the hit), or ``None`` if the
         free blocks do not suffice (the watermark is ``can_allocate``'s business, not this).
         """
-        self._check_new(seq_id, num_tokens, token_ids)
+        num_tokens, final_len = self._check_new(
+            seq_id, num_tokens, token_ids, final_len, cache_salt
+        )
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
             needed = -(-num_tokens // self.block_size)
             if needed > self.gpu.num_free:
@@ -328,8 +336,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         ``None``, changing nothing, when the free blocks do not suffice.
         """
         table = self._gpu_table(seq_id)
-        if num_tokens < 0:
-            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
+        if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if token_ids is not None:
+            self._check_appended_ids(token_ids, num_tokens)
         fill = table.num_tokens % self.block_size
         if (
             fill
@@ -396,6 +406,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         """
         bs = self.block_size
         tables = self._tables
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if not all(map(tables.__contains__, seq_ids)):  # an unknown id: refuse before any move
+            for seq_id in seq_ids:
+                self._gpu_table(seq_id)
+        if token_ids is not None and len(token_ids) != len(seq_ids):
+            raise ConfigError("token_ids", len(token_ids), f"must hold {len(seq_ids)} entries")
         pool = self.gpu
         refs = pool.ref_counts
         take = pool.allocate
@@ -448,6 +465,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         table = self._gpu_table(parent)
         if child in self._tables or child in self._swapped:
             raise UnknownSequenceError(f"sequence {child!r} is already allocated")
+        if final_len is not None and (type(final_len) is not int or final_len < 0):
+            # (a parent may have grown past its own final length, so a child may start there)
+            final_len = as_int("final_len", final_len, 0)
         child_table = table.fork(self.gpu, final_len if final_len is not None else table.final_len)
         self._tables[child] = child_table
         self._tails.track(child, child_table)
@@ -527,15 +547,49 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             raise UnknownSequenceError(f"sequence {seq_id!r} {where}")
         return table
 
-    def _check_new(self, seq_id: SeqId, num_tokens: int, token_ids: Sequence[int] | None) -> None:
+    def _check_new(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        token_ids: Sequence[int] | None,
+        final_len: int | None,
+        cache_salt: str | bytes | None,
+    ) -> tuple[int, int | None]:
+        """Every argument of ``can_allocate`` / ``allocate``, checked before anything changes
+        (O(1), and O(len(token_ids)) once when the ids will be read); the counts as plain
+        ints (numpy integers accepted, bools and floats refused: ``as_int``)."""
         if seq_id in self._tables or seq_id in self._swapped:
             raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
-        if type(num_tokens) is not int or num_tokens < 0:  # (a bool is not an int here)
-            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
-        if token_ids is not None and len(token_ids) < num_tokens:
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if final_len is not None:
+            final_len = self._check_final(final_len, num_tokens)
+        if token_ids is not None:
+            if _length(token_ids) < num_tokens:
+                raise ConfigError(
+                    "token_ids", len(token_ids), f"must hold at least num_tokens={num_tokens} ids"
+                )
+            if self._ids_read:
+                check_token_ids("token_ids", token_ids)
+        if cache_salt is not None and not isinstance(cache_salt, (str, bytes)):
+            raise ConfigError("cache_salt", cache_salt, "must be a str, bytes or None")
+        return num_tokens, final_len
+
+    @staticmethod
+    def _check_final(final_len: int, num_tokens: int) -> int:
+        if type(final_len) is not int or final_len < num_tokens:
+            final_len = as_int("final_len", final_len, 0)
+            if final_len < num_tokens:
+                raise ConfigError("final_len", final_len, f"must be >= num_tokens ({num_tokens})")
+        return final_len
+
+    def _check_appended_ids(self, token_ids: Sequence[int], num_tokens: int) -> None:
+        if _length(token_ids) != num_tokens:
             raise ConfigError(
-                "token_ids", len(token_ids), f"must hold at least num_tokens={num_tokens} ids"
+                "token_ids", len(token_ids), f"must hold exactly num_tokens={num_tokens} ids"
             )
+        if self._ids_read:
+            check_token_ids("token_ids", token_ids)
 
     def _hit(
         self, num_tokens: int, token_ids: Sequence[int] | None, cache_salt: str | bytes | None
@@ -573,3 +627,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._token_slots -= bs * len(freed)
         if freed and freed[0] == last:
             self._token_slots -= max(0, last_fill) - bs
+
+
+def _length(token_ids: Sequence[int]) -> int:
+    try:
+        return len(token_ids)
+    except TypeError:
+        raise ConfigError("token_ids", token_ids, "must be a sequence of ids or None") from None
