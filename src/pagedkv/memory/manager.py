@@ -360,14 +360,37 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
             return None
         self._tails.untrack(seq_id, table)
-        copies = table.append_slots(self.gpu, num_tokens)
-        table.note_token_ids(num_tokens, token_ids)
+        old = table.num_tokens
+        if self.config.enable_prefix_caching and table.tokens_known:
+            copies = self._append_keyed(table, num_tokens, token_ids)
+        else:
+            copies = table.append_slots(self.gpu, num_tokens)
+            table.note_token_ids(num_tokens, token_ids)
         # Copy-on-write duplicates the last block's tokens into a new physical block.
-        copied = (table.num_tokens - num_tokens) % self.block_size if copies else 0
+        copied = old % self.block_size if copies else 0
         self._token_slots += num_tokens + copied
         self._cow_copies += len(copies)
         self._register_keys(table)
         self._tails.track(seq_id, table)
+        return copies
+
+    def _append_keyed(
+        self, table: BlockTable, num_tokens: int, token_ids: Sequence[int] | None
+    ) -> list[BlockCopy]:
+        """``append_slots`` of many tokens with prefix caching on, a block at a time: each
+        full block is keyed before the next one is taken, as one token at a time would key
+        it. (Taking them all first can evict the free cached block that holds a key the new
+        tokens give, which then moves to the new block: other evictions, other free order.)"""
+        bs = self.block_size
+        copies: list[BlockCopy] = []
+        done = 0
+        while done < num_tokens:
+            piece = min(num_tokens - done, bs - table.num_tokens % bs)
+            copies += table.append_slots(self.gpu, piece)
+            ids = None if token_ids is None else token_ids[done : done + piece]
+            table.note_token_ids(piece, ids)
+            self._register_keys(table)
+            done += piece
         return copies
 
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
