@@ -186,6 +186,17 @@ def known_divergence(flat: Flat, summary: dict[str, Any]) -> bool:
     return bool(flat.get("enable_prefix_caching")) and summary["swap_outs"] > 0
 
 
+def chunked_first_token(flat: Flat, fast: list[Any], ref: list[Any]) -> bool:
+    """The known chunked-prefill bug's other face (a budget below a prompt): the fast path
+    records a later first token time than the reference, every other field equal."""
+    if not flat.get("enable_chunked_prefill"):
+        return False
+    if flat["max_num_batched_tokens"] >= max(r["prompt_len"] for r in ref):
+        return False
+    differ = {k for a, b in zip(fast, ref, strict=True) for k in a if a[k] != b[k]}
+    return differ == {"first_token_time"}
+
+
 def run_both(flat: Flat) -> tuple[Any, Any] | None:
     """Both runs of ``flat``, or None when it is refused with a ConfigError."""
     flat = dict(flat)
@@ -234,9 +245,12 @@ def check(flat: Flat) -> None:
         same(fast.summary, ref.summary)
         same(fast.requests, ref.requests)
     except AssertionError:
-        if not known_divergence(flat, ref.summary):
+        if known_divergence(flat, ref.summary):
+            event("known divergence: a swap-in made cheaper by prefix caching inside a window")
+        elif chunked_first_token(flat, fast.requests, ref.requests):
+            event("known failure: chunked prefill's first token time on the fast path")
+        else:
             raise
-        event("known divergence: a swap-in made cheaper by prefix caching inside a window")
     assert len(fast.requests) <= MAX_REQUESTS * 3  # samples_as_requests: n <= 3 each
 
 
@@ -307,3 +321,30 @@ def test_a_swap_in_made_cheaper_by_prefix_caching_inside_a_window() -> None:
     assert both is not None
     fast, ref = both
     same(fast.summary, ref.summary)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known: chunked prefill, engine/")
+def test_chunked_budget_below_prompts_first_token_time() -> None:
+    """Probably the same gap as the one above, seen by the fuzz: chunked prefill with a budget
+    of 3 under recompute preemption; one request (a 14-token prompt) gets its first token at
+    825 on the fast path, at 792 stepped; every other field of every record agrees."""
+    flat = {
+        "workload": "sharegpt-like",
+        "seed": 2,
+        "num_requests": 23,
+        "num_samples": 2,
+        "samples_as_requests": True,
+        "max_model_len": 48,
+        "block_size": 1,
+        "num_gpu_blocks": 48,
+        "swap_space": 0.0,
+        "watermark": 0.0,
+        "cost_model": "unit",
+        "max_num_seqs": 3,
+        "enable_chunked_prefill": True,
+        "max_num_batched_tokens": 3,
+    }
+    both = run_both(flat)
+    assert both is not None
+    fast, ref = both
+    same(fast.requests, ref.requests)
