@@ -24,7 +24,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -161,7 +160,7 @@ def alarm(seconds: int) -> Iterator[None]:
 def known_failure(flat: Flat, exc: BaseException) -> str | None:
     """A bug known and being fixed elsewhere (the engine), so this test neither hides nor
     repeats it: chunked prefill with a budget below a prompt fails an assertion in
-    engine/metrics.py on the fast path (see test_chunked_budget_below_a_prompt below)."""
+    engine/metrics.py on the fast path (tests/test_fuzz_known.py)."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -181,8 +180,8 @@ def known_divergence(flat: Flat, summary: dict[str, Any]) -> bool:
     """A known gap of the fast path (engine/fast_forward.py, reported to the engine's owner):
     with prefix caching, a running request's newly keyed blocks can make a swapped request's
     swap-in cheaper (its cached blocks cost no free block) in the middle of a decode window,
-    and the window does not end there, so the reference resumes it rounds earlier (see
-    test_a_swap_in_made_cheaper_by_prefix_caching_inside_a_window below)."""
+    and the window does not end there, so the reference resumes it rounds earlier
+    (tests/test_fuzz_known.py)."""
     return bool(flat.get("enable_prefix_caching")) and summary["swap_outs"] > 0
 
 
@@ -262,89 +261,3 @@ def check(flat: Flat) -> None:
 @given(flat=configs())
 def test_a_config_is_refused_or_runs_whole_and_fast_equals_reference(flat: Flat) -> None:
     check(flat)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known: fixed in engine/ separately")
-def test_chunked_budget_below_a_prompt_of_one_output_token() -> None:
-    """The fuzz's known failure, minimal: a 17-token prompt, one output token, chunked prefill
-    with a budget of 16. The reference runs it; the fast path fails the assertion that every
-    finished request has a first token time (engine/metrics.py). When the engine's fix lands
-    this passes and, strict, fails: then delete it and ``known_failure``."""
-    flat = {
-        "workload": "fixed",
-        "num_requests": 1,
-        "prompt_len": 17,
-        "output_len": 1,
-        "max_model_len": 64,
-        "enable_chunked_prefill": True,
-        "max_num_batched_tokens": 16,
-        "max_num_seqs": 1,
-        "num_gpu_blocks": 48,
-        "block_size": 1,
-        "cost_model": "unit",
-    }
-    assert run_both(flat) is not None
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known: fast-forward window end")
-def test_a_swap_in_made_cheaper_by_prefix_caching_inside_a_window() -> None:
-    """The fuzz's second known gap, as it found it: pairs of equal requests (two samples run
-    as requests), prefix caching, swap preemption. At t = 27 request 10 decodes while its twin
-    11 is swapped out; each block 10 fills gets the key of one of 11's swapped blocks, so
-    11's swap-in needs fewer free blocks each round. The reference resumes 11 before t = 38;
-    the fast path runs 10 alone through one window to t = 38 (mean_running 3.0 vs 3.025)."""
-    flat = {
-        "workload": "shared-prefix",
-        "seed": 0,
-        "num_requests": 7,
-        "prefix_len": 1,
-        "lengths": "uniform",
-        "min_prompt_len": 1,
-        "max_prompt_len": 20,
-        "min_output_len": 1,
-        "max_output_len": 20,
-        "num_prefixes": 1,
-        "share_ratio": 0.0,
-        "num_samples": 2,
-        "samples_as_requests": True,
-        "max_model_len": 48,
-        "scheduler": "vllm",
-        "block_size": 4,
-        "num_gpu_blocks": 15,
-        "swap_space": 4.0,
-        "watermark": 0.0,
-        "cost_model": "unit",
-        "preemption_mode": "swap",
-        "enable_prefix_caching": True,
-    }
-    both = run_both(flat)
-    assert both is not None
-    fast, ref = both
-    same(fast.summary, ref.summary)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known: chunked prefill, engine/")
-def test_chunked_budget_below_prompts_first_token_time() -> None:
-    """Probably the same gap as the one above, seen by the fuzz: chunked prefill with a budget
-    of 3 under recompute preemption; one request (a 14-token prompt) gets its first token at
-    825 on the fast path, at 792 stepped; every other field of every record agrees."""
-    flat = {
-        "workload": "sharegpt-like",
-        "seed": 2,
-        "num_requests": 23,
-        "num_samples": 2,
-        "samples_as_requests": True,
-        "max_model_len": 48,
-        "block_size": 1,
-        "num_gpu_blocks": 48,
-        "swap_space": 0.0,
-        "watermark": 0.0,
-        "cost_model": "unit",
-        "max_num_seqs": 3,
-        "enable_chunked_prefill": True,
-        "max_num_batched_tokens": 3,
-    }
-    both = run_both(flat)
-    assert both is not None
-    fast, ref = both
-    same(fast.requests, ref.requests)
