@@ -177,3 +177,44 @@ def test_one_append_of_many_tokens_equals_many_appends_of_one(
             left -= chunks[-1]
     chunks += [left] if left else []
     assert run(chunks) == run([1] * outputs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    bs=st.sampled_from(BLOCK_SIZES),
+    spare=st.integers(0, 6),
+    prompt=st.integers(1, 20),
+    outputs=st.integers(2, 20),
+    width=st.integers(2, 3),
+    alphabet=st.sampled_from([2, 10**6]),
+)
+def test_a_bulk_append_of_many_rounds_equals_the_rounds(
+    bs: int, spare: int, prompt: int, outputs: int, width: int, alphabet: int
+) -> None:
+    """The fast-forward's window, with prefix caching: ``append_slots_all(seqs, k)`` leaves
+    the books as k rounds of one token each do, when equal requests run together and a
+    finished one's blocks are cached free (whose key a sequence registers first, and what an
+    allocation evicts before, depend on the order; found by tests/test_fuzz_configs.py)."""
+    prompt_ids = [k % alphabet for k in range(prompt)]
+    out_ids = [(7 * k + 3) % alphabet for k in range(outputs)]
+    pool = width * cdiv(prompt + outputs, bs) + 1 + spare
+    seqs = list(range(1, width + 1))
+
+    def run(rounds: list[int]) -> object:
+        m = make_manager(bs, pool, prefix_caching=True)
+        m.allocate(0, prompt, token_ids=prompt_ids)  # finished before: cached, free
+        m.append_slots(0, outputs, token_ids=out_ids)
+        m.free(0)
+        for seq in seqs:
+            if m.allocate(seq, prompt, token_ids=prompt_ids) is None:
+                return None
+        done = 0
+        for n in rounds:
+            if not m.can_append_all(seqs, n):
+                return None
+            m.append_slots_all(seqs, n, [out_ids[done : done + n]] * width)
+            done += n
+        m.check_integrity()
+        return m.gpu.free_blocks(), list(m.gpu.block_hash), m.stats, [m.block_ids(s) for s in seqs]
+
+    assert run([outputs]) == run([1] * outputs)

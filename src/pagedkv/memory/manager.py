@@ -440,6 +440,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         refs = pool.ref_counts
         take = pool.allocate
         general = self.config.enable_prefix_caching
+        if general and num_tokens > 1 and len(seq_ids) > 1:
+            return self._append_rounds(seq_ids, num_tokens, token_ids)
         copies: list[BlockCopy] = []
         same: list[int] = []  # last blocks that stay partial: only their fill moves
         grown: list[tuple[SeqId, BlockTable, int]] = []  # took blocks or filled the last one
@@ -478,6 +480,28 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._tails.fill_in_place(same, num_tokens)
             self._tails.grow_all(grown)
             self._token_slots += num_tokens * (len(same) + len(grown))
+        return copies
+
+    def _append_rounds(
+        self,
+        seq_ids: Sequence[SeqId],
+        num_tokens: int,
+        token_ids: Sequence[Sequence[int] | None] | None,
+    ) -> list[BlockCopy]:
+        """``append_slots_all`` with prefix caching: one token of every sequence per round, as
+        the rounds it stands for append them. Which sequence keys a block first, and which
+        free cached block an allocation evicts before a key is registered, depend on that
+        order (found by tests/test_fuzz_configs.py: evictions differed from the reference)."""
+        copies: list[BlockCopy] = []
+        for r in range(num_tokens):
+            for i, seq_id in enumerate(seq_ids):
+                ids = None if token_ids is None else token_ids[i]
+                done = self.append_slots(
+                    seq_id, 1, token_ids=None if ids is None else ids[r : r + 1]
+                )
+                if done is None:
+                    raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+                copies.extend(done)
         return copies
 
     def fork(
