@@ -94,3 +94,9 @@ def test_flat_view_round_trips_and_is_documented() -> None:
     helps = flat_help()
     assert set(FLAT_KEYS) <= set(helps)
     assert all(helps[k] for k in FLAT_KEYS)
+
+
+@pytest.mark.parametrize("values", ["lesson", ["lesson"], None, 3])
+def test_from_flat_wants_a_mapping(values: object) -> None:
+    with pytest.raises(ConfigError, match=r"^config: got .*must be a mapping"):
+        SimulationConfig.from_flat(values)  # type: ignore[arg-type]

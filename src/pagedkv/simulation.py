@@ -203,6 +203,10 @@ class SimulationConfig:
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
         """Build from flat keys (CLI flags, YAML); unknown keys are one clear error."""
+        if not isinstance(values, Mapping):
+            raise ConfigError(
+                "config", values, "must be a mapping of option names to values (flat keys)"
+            )
         parts: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
         run: dict[str, Any] = {}
         for key, value in values.items():

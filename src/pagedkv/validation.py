@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 import os
 import stat
 from dataclasses import dataclass
@@ -134,6 +135,28 @@ def check_bounds(config: object) -> None:
         value = getattr(config, f.name)
         if bounds is not None and value is not None:
             object.__setattr__(config, f.name, bounds.check(f.name, value))
+
+
+def as_int(field: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as a plain ``int``, at least ``minimum``: an int or any integer type with
+    ``__index__`` (numpy's, ``numbers.Integral``), as ``operator.index`` takes them. Refused:
+    floats (even 3.0: a count that arrives as a float is a mistake upstream), strings, and
+    bools (an int subclass, but ``True`` as a count is a mistake too). The memory API's counts
+    go through this; config fields use ``check_int`` (plain ints, as files and flags give)."""
+    if type(value) is not int:  # the hot path is one type check
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            value = int(operator.index(value))  # type: ignore[arg-type]
+        except TypeError:
+            raise ConfigError(field, value, _int_allowed(minimum)) from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(field, value, _int_allowed(minimum))
+    return value
+
+
+def _int_allowed(minimum: int | None) -> str:
+    return "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
 
 
 def check_fraction(field: str, value: object, *, lo: float = 0.0, hi: float = 1.0) -> float:

@@ -3,10 +3,14 @@ prefill, advances in lockstep, is preempted whole, and frees everything when it 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.engine.executor import batch_shape
-from pagedkv.engine.request import RequestStatus
+from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
@@ -117,3 +121,75 @@ def test_contiguous_policies_refuse_groups_with_a_reason(scheduler: str) -> None
     assert first.reject_reason is not None
     assert "parallel samples" in first.reject_reason
     assert second.status is RequestStatus.FINISHED
+
+
+def samples_of(req: Request) -> list[list[int]]:
+    return [req.outputs_of(s) for s in req.seq_ids]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("scheduler", ["vllm", "reserve"])
+def test_a_group_of_one_output_token_finishes_with_n_samples(scheduler: str, n: int) -> None:
+    """Its prefill samples its only token, the one every sample starts with: it finishes
+    before any fork would come, and still with n sequences (issue 17, defect 8)."""
+    workload = [group(0, 10, 1, n), group(1, 17, 1, n, 0.5), group(2, 5, 3, n, 0.5)]
+    kw: dict[str, Any] = {"scheduler": scheduler, "block_size": 4, "num_gpu_blocks": 40}
+    ref = run(True, workload, ROOFLINE, **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, **kw)[:4])
+    for req in ref[4].requests:
+        assert req.status is RequestStatus.FINISHED
+        assert len(req.seq_ids) == n
+        assert len(set(req.seq_ids)) == n
+
+
+def test_a_group_preempted_by_recompute_before_it_forks_finishes_with_n_samples() -> None:
+    """Request 2's first token is sampled, then request 1's fork and growth preempt it before
+    its own fork; it counts as a group (its first token is every sample's), so its recompute
+    restarts it from the prompt as a forked group's does: it forks after its new first token
+    and finishes with both samples."""
+    workload = [group(0, 1, 2, 1), group(1, 1, 2, 3), group(2, 1, 2, 2)]
+    kw: dict[str, Any] = {
+        "scheduler": "vllm",
+        "block_size": 4,
+        "num_gpu_blocks": 4,
+        "num_cpu_blocks": 8,
+        "preemption_mode": "recompute",
+    }
+    ref = run(True, workload, ROOFLINE, **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, **kw)[:4])
+    requests = ref[4].requests
+    assert requests[2].num_preemptions > 0  # the case this test is about did happen
+    for req in requests:
+        assert req.status is RequestStatus.FINISHED
+        assert len(req.seq_ids) == req.n
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    specs=st.lists(
+        st.tuples(st.integers(1, 30), st.integers(1, 4), st.integers(1, 3), st.integers(0, 3)),
+        min_size=1,
+        max_size=8,
+    ),
+    blocks=st.integers(4, 16),
+    mode=st.sampled_from(["recompute", "swap"]),
+    group_mode=st.sampled_from(["recompute", "swap"]),
+)
+def test_every_finished_group_has_n_samples(
+    specs: list[tuple[int, int, int, int]], blocks: int, mode: str, group_mode: str
+) -> None:
+    """Under any memory pressure and preemption mode: n sequences each, fast = reference."""
+    workload = [group(i, p, o, n, 0.1 * t) for i, (p, o, n, t) in enumerate(specs)]
+    kw: dict[str, Any] = {
+        "scheduler": "vllm",
+        "block_size": 4,
+        "num_gpu_blocks": blocks,
+        "num_cpu_blocks": 8,
+        "preemption_mode": mode,
+        "group_preemption_mode": group_mode,
+    }
+    ref = run(True, workload, ROOFLINE, **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, **kw)[:4])
+    for req in ref[4].requests:
+        if req.status is RequestStatus.FINISHED:
+            assert len(req.seq_ids) == req.n

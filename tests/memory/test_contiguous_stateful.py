@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from functools import partial
+from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -17,11 +20,27 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import AllocStatus, SlotCopy
 from tests.factories import CONTIGUOUS_VARIANTS as COMBOS
 
+BAD_CALLS = [
+    "allocate: bad count",
+    "allocate: bad final_len",
+    "allocate: final_len below num_tokens",
+    "allocate: longer than max_model_len",
+    "allocate: an id already held",
+    "append: bad count",
+    "append: past the region",
+    "append: unknown",
+    "append_all: one unknown",
+    "fork: child already held",
+    "fork: unknown parent",
+    "fork: bad final_len",
+    "free: unknown",
+]
 SETTINGS = settings(max_examples=200, stateful_step_count=30, deadline=None)
 
 
@@ -176,6 +195,79 @@ class ContiguousMachine(RuleBasedStateMachine):
         self.alloc.free(sid)
         del self.model[sid]
         assert not self.alloc.has_seq(sid)
+
+    # ------------------------------------------------------- failing calls change nothing
+    def books(self) -> object:
+        a = self.alloc
+        seqs = {s: (a.region(s), a.num_tokens(s), a.region_books(s)) for s in sorted(self.model)}
+        return a.space.holes(), a.usage(), a.usage(True), seqs
+
+    @rule(data=st.data(), kind=st.sampled_from(BAD_CALLS))
+    def failing_call(self, data: st.DataObject, kind: str) -> None:
+        """A call with a bad argument raises the package's error, or (too large) returns
+        None, and changes nothing."""
+        a = self.alloc
+        new = self.next_id + 1_000
+        held = sorted(self.model)
+        bad: Any = data.draw(st.sampled_from([1.5, 3.0, True, -1, "2", None]), label="bad")
+        mml = self.config.max_model_len
+        call: Callable[[], object]
+        error: type[Exception] | None = ConfigError
+        if kind == "allocate: bad count":
+            call = partial(a.allocate, new, bad, final_len=mml)
+        elif kind == "allocate: bad final_len" and bad is not None:
+            call = partial(a.allocate, new, 1, final_len=bad)
+        elif kind == "allocate: final_len below num_tokens":
+            call = partial(a.allocate, new, 2, final_len=1)
+        elif kind == "allocate: longer than max_model_len":
+            call, error = partial(a.allocate, new, mml + 1, final_len=mml + 1), None
+        elif kind == "allocate: an id already held" and held:
+            seq = data.draw(st.sampled_from(held))
+            call, error = partial(a.allocate, seq, 1, final_len=mml), UnknownSequenceError
+        elif kind == "append: bad count" and held:
+            seq = data.draw(st.sampled_from(held))
+            call = partial(a.append_slots, seq, bad)
+        elif kind == "append: past the region" and held:
+            seq = data.draw(st.sampled_from(held))
+            call, error = partial(a.append_slots, seq, mml + 1), None
+        elif kind == "append: unknown":
+            call, error = partial(a.append_slots, new, 1), UnknownSequenceError
+        elif kind == "append_all: one unknown" and held:
+            call, error = partial(a.append_slots_all, [*held, new], 0), UnknownSequenceError
+        elif kind == "fork: child already held" and held:
+            seq = data.draw(st.sampled_from(held))
+            call, error = partial(a.fork, seq, seq), UnknownSequenceError
+        elif kind == "fork: unknown parent":
+            call, error = partial(a.fork, new, new + 1), UnknownSequenceError
+        elif kind == "fork: bad final_len" and held and bad is not None:
+            seq = data.draw(st.sampled_from(held))
+            call = partial(a.fork, seq, new, final_len=bad)
+        elif kind == "free: unknown":
+            call, error = partial(a.free, new), UnknownSequenceError
+        else:
+            return
+        before = self.books()
+        if error is None:
+            assert call() is None
+        else:
+            with pytest.raises(error):
+                call()
+        event(f"failing call: {kind}")
+        assert self.books() == before
+        a.check_integrity()
+
+    @rule(n=st.integers(0, 4))
+    def numpy_counts(self, n: int) -> None:
+        """numpy integers are counts like ints; the books keep plain ints."""
+        sid, self.next_id = self.next_id, self.next_id + 1
+        final = np.int64(max(n, 1))
+        status = self.alloc.can_allocate(sid, np.int64(n), final_len=final)
+        assert status is self.expected_status(n, int(final))
+        if self.alloc.allocate(sid, np.int32(n), final_len=final) is None:
+            return
+        assert type(self.alloc.num_tokens(sid)) is int
+        reserved = self.reserved(int(final), n)
+        self.model[sid] = Seq(n, int(final), self.held(reserved), n, reserved)
 
     # -------------------------------------------------------------------- invariants
     @invariant()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -228,3 +230,52 @@ def test_never_reason_names_the_watermark_exactly_when_it_is_the_cause(
     assert str(num_blocks) in reason
     m.check_integrity()
     assert m.num_free_blocks == num_blocks  # explaining changes nothing
+
+
+# ----- a failed call changes nothing (issue 17, defect 7; the state machine makes many more) --
+def test_float_token_ids_take_no_block() -> None:
+    m = make_manager(4, 8, prefix_caching=True)
+    with pytest.raises(ConfigError, match="token_ids"):
+        m.allocate(1, 4, token_ids=cast(Any, [1.5] * 4))
+    assert m.num_free_blocks == 8
+    assert not m.has_seq(1)
+    m.check_integrity()
+
+
+def test_a_fractional_append_is_refused() -> None:
+    m = make_manager(4, 8, prefix_caching=True)
+    m.allocate(1, 3, token_ids=[1, 2, 3])
+    with pytest.raises(ConfigError, match="num_tokens"):
+        m.append_slots(1, 1.5)  # type: ignore[arg-type]
+    assert m.num_tokens(1) == 3
+    m.check_integrity()
+
+
+def test_final_len_below_the_tokens_is_refused() -> None:
+    m = make_manager(4, 8)
+    for call in (m.can_allocate, m.allocate):
+        with pytest.raises(ConfigError, match="final_len"):
+            call(1, 5, final_len=3)
+    assert m.num_free_blocks == 8
+
+
+def test_a_repeated_id_in_a_swap_is_a_clear_error() -> None:
+    m = make_manager(4, 8, num_cpu_blocks=8)
+    m.allocate("a", 3)
+    with pytest.raises(ConfigError, match="seq_ids: got 'a'; must name each sequence once"):
+        m.swap_out(["a", "a"])
+    assert m.has_seq("a")
+    assert not m.is_swapped("a")
+    m.check_integrity()
+
+
+def test_numpy_integers_count_bools_do_not() -> None:
+    np = pytest.importorskip("numpy")
+    m = make_manager(4, 8)
+    assert m.allocate(1, np.int64(10), final_len=np.int64(12)) == 0
+    assert m.append_slots(1, np.int32(2)) is not None
+    assert type(m.num_tokens(1)) is int
+    assert m.num_tokens(1) == 12
+    m.check_integrity()
+    with pytest.raises(ConfigError, match="num_tokens"):
+        m.allocate(2, True)

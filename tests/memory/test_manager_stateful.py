@@ -8,17 +8,54 @@ after every rule the invariants are checked, and once everything is freed every 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from functools import partial
+from typing import Any, cast
 
 import hypothesis.strategies as st
+import numpy as np
+import pytest
 from hypothesis import event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_table import cdiv
 from pagedkv.memory.config import EvictionPolicy
 from pagedkv.memory.interface import AllocStatus
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.prefix_hash import hash_blocks
 from tests.factories import BLOCK_SIZES, make_manager
+
+BAD_CALLS = [
+    "allocate: bad count",
+    "allocate: float token ids",
+    "allocate: token id outside int64",
+    "allocate: too few token ids",
+    "allocate: final_len below num_tokens",
+    "allocate: bad cache_salt",
+    "allocate: more than the pool",
+    "allocate: an id already held",
+    "can_allocate: bad count",
+    "append: bad count",
+    "append: wrong number of ids",
+    "append: more than the pool",
+    "append: unknown or swapped",
+    "append_all: one unknown",
+    "append_all: bad count",
+    "fork: child already held",
+    "fork: unknown parent",
+    "fork: bad final_len",
+    "free: unknown",
+    "swap_out: repeated id",
+    "swap_out: unknown or swapped",
+    "swap_in: repeated id",
+    "swap_in: not swapped",
+    "register_prefix: pins off",
+]
+
+
+class _NoError(Exception):
+    """Marks a failing call that returns None (no room) instead of raising."""
 
 
 class PagedManagerMachine(RuleBasedStateMachine):
@@ -280,6 +317,121 @@ class PagedManagerMachine(RuleBasedStateMachine):
         assert not any(self.m.is_swapped(s) for s in family)
         self.swapped -= set(family)
         event("group swapped in")
+
+    # ----- failing calls change nothing ----------------------------------------------------------
+    def books(self) -> object:
+        """Everything a call could change: the pools (free queues in order, counts, keys), the
+        counters, the usage and every sequence's table."""
+        m = self.m
+        seqs = {s: (m.block_ids(s), m.num_tokens(s), m.is_swapped(s)) for s in sorted(self.tokens)}
+        gpu, cpu = m.gpu, m.cpu
+        pools = [(p.free_blocks(), list(p.ref_counts), list(p.block_hash)) for p in (gpu, cpu)]
+        return pools, m.stats, m.usage(), m.usage(True), m.books(), seqs
+
+    @rule(data=st.data(), kind=st.sampled_from(BAD_CALLS))
+    def failing_call(self, data: st.DataObject, kind: str) -> None:
+        """A call with a bad argument (a type, an unknown or repeated id, a bound) raises the
+        package's error, or (a size too large for the pool) returns None, and changes nothing."""
+        m = self.m
+        new = self.next_id + 1_000  # an id no rule has used
+        gpu, swapped = self.on_gpu(), sorted(self.swapped)
+        n = data.draw(st.integers(1, 20), label="n")
+        bad_count: Any = data.draw(st.sampled_from([1.5, 2.0, True, -1, "3", None]), label="count")
+        call: Callable[[], object]
+        error: type[Exception] = ConfigError
+        if kind == "allocate: bad count":
+            call = partial(m.allocate, new, bad_count)
+        elif kind == "allocate: float token ids" and m.config.enable_prefix_caching:
+            call = partial(m.allocate, new, n, token_ids=cast(Any, [1.5] * n))
+        elif kind == "allocate: token id outside int64" and m.config.enable_prefix_caching:
+            call = partial(m.allocate, new, n, token_ids=[2**63] * n)
+        elif kind == "allocate: too few token ids":
+            call = partial(m.allocate, new, n, token_ids=list(range(n - 1)))
+        elif kind == "allocate: final_len below num_tokens":
+            call = partial(m.allocate, new, n, final_len=n - 1)
+        elif kind == "allocate: bad cache_salt":
+            call = partial(m.allocate, new, n, cache_salt=7)  # type: ignore[arg-type]
+        elif kind == "allocate: more than the pool":
+            call = partial(m.allocate, new, (m.gpu.num_blocks + 1) * self.bs)
+            error = _NoError
+        elif kind == "allocate: an id already held" and self.tokens:
+            seq = data.draw(st.sampled_from(sorted(self.tokens)))
+            call, error = partial(m.allocate, seq, n), UnknownSequenceError
+        elif kind == "can_allocate: bad count":
+            call = partial(m.can_allocate, new, bad_count)
+        elif kind == "append: bad count" and gpu:
+            seq = data.draw(st.sampled_from(gpu))
+            call = partial(m.append_slots, seq, bad_count)
+        elif kind == "append: wrong number of ids" and gpu:
+            seq = data.draw(st.sampled_from(gpu))
+            call = partial(m.append_slots, seq, n, token_ids=[1] * (n + 1))
+        elif kind == "append: more than the pool" and gpu:
+            seq = data.draw(st.sampled_from(gpu))
+            call = partial(m.append_slots, seq, (m.gpu.num_blocks + 1) * self.bs)
+            error = _NoError
+        elif kind == "append: unknown or swapped":
+            seq = data.draw(st.sampled_from([new, *swapped]))
+            call, error = partial(m.append_slots, seq, 1), UnknownSequenceError
+        elif kind == "append_all: one unknown" and gpu:
+            seqs = [*data.draw(st.lists(st.sampled_from(gpu), unique=True, min_size=1)), new]
+            call, error = partial(m.append_slots_all, seqs, 1), UnknownSequenceError
+        elif kind == "append_all: bad count" and gpu:
+            call = partial(m.append_slots_all, gpu, bad_count)
+        elif kind == "fork: child already held" and gpu:
+            parent = data.draw(st.sampled_from(gpu))
+            child = data.draw(st.sampled_from(sorted(self.tokens)))
+            call, error = partial(m.fork, parent, child), UnknownSequenceError
+        elif kind == "fork: unknown parent":
+            call, error = partial(m.fork, new, new + 1), UnknownSequenceError
+        elif kind == "fork: bad final_len" and gpu:
+            parent = data.draw(st.sampled_from(gpu))
+            call = partial(m.fork, parent, new, final_len=bad_count)
+            if bad_count is None:
+                return  # (None is the default: inherit the parent's)
+        elif kind == "free: unknown":
+            call, error = partial(m.free, new), UnknownSequenceError
+        elif kind == "swap_out: repeated id" and gpu:
+            seq = data.draw(st.sampled_from(gpu))
+            call = partial(m.swap_out, [seq, seq])
+        elif kind == "swap_out: unknown or swapped":
+            seqs = [*gpu[:1], data.draw(st.sampled_from([new, *swapped]))]
+            call, error = partial(m.swap_out, seqs), UnknownSequenceError
+        elif kind == "swap_in: repeated id" and swapped:
+            seq = data.draw(st.sampled_from(swapped))
+            call = partial(m.swap_in, [seq, seq])
+        elif kind == "swap_in: not swapped":
+            seqs = [*swapped[:1], data.draw(st.sampled_from([new, *gpu]))]
+            call, error = partial(m.swap_in, seqs), UnknownSequenceError
+        elif kind == "register_prefix: pins off":
+            call = partial(m.register_prefix, "p", [1, 2, 3])
+        else:
+            return  # (the state has nothing this kind needs)
+        before = self.books()
+        if error is _NoError:
+            assert call() is None
+        else:
+            with pytest.raises(error):
+                call()
+        event(f"failing call: {kind}")
+        assert self.books() == before
+        m.check_integrity()
+
+    @precondition(lambda self: bool(self.on_gpu()))
+    @rule(data=st.data(), n=st.integers(0, 3))
+    def numpy_counts(self, data: st.DataObject, n: int) -> None:
+        """numpy integers are counts like ints (what a caller's arrays hold); the books keep
+        plain ints."""
+        seq = data.draw(st.sampled_from(self.on_gpu()))
+        copies = self.m.append_slots(seq, np.int64(n), token_ids=[5] * n)
+        if copies is not None:
+            self.tokens[seq] = self.tokens[seq] + [5] * n
+        assert type(self.m.num_tokens(seq)) is int
+        new = self.new_id()
+        got = self.m.allocate(new, np.int32(n), final_len=np.uint16(n + 1))
+        if got is not None:
+            assert type(self.m.num_tokens(new)) is int
+            self.tokens[new] = [999_999_999] * n  # (no ids given)
+            self.final[new] = n + 1
 
     # ----- invariants ------------------------------------------------------------------------
     @invariant()

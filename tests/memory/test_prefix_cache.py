@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
 
+from pagedkv.memory.block_table import cdiv
 from pagedkv.memory.interface import AllocStatus
 from tests.factories import BLOCK_SIZES, make_manager, make_request
 
@@ -131,3 +134,87 @@ def test_swap_in_reuses_a_block_still_cached_on_gpu(bs: int) -> None:
     assert len(back) == 1  # only the partial block travels; full ones are still on the GPU
     assert m.block_ids("a")[:2] == m.block_ids("b")[:2]
     m.check_integrity()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    bs=st.sampled_from(BLOCK_SIZES),
+    spare=st.integers(0, 6),
+    prompt=st.integers(1, 30),
+    outputs=st.integers(1, 30),
+    cuts=st.lists(st.integers(1, 30), max_size=6),
+    alphabet=st.sampled_from([2, 10**6]),
+)
+def test_one_append_of_many_tokens_equals_many_appends_of_one(
+    bs: int, spare: int, prompt: int, outputs: int, cuts: list[int], alphabet: int
+) -> None:
+    """What the fast-forward relies on, with prefix caching: appending k tokens at once leaves
+    the books as k appends of one do (the same blocks taken, keyed, evicted, in the same free
+    order), also when the new tokens give keys that free cached blocks hold (a request that
+    repeats a finished one's output). Found by tests/test_fuzz_configs.py: evictions differed."""
+    prompt_ids = [k % alphabet for k in range(prompt)]
+    out_ids = [(7 * k + 3) % alphabet for k in range(outputs)]
+    pool = cdiv(prompt + outputs, bs) + 1 + spare
+
+    def run(chunks: list[int]) -> object:
+        m = make_manager(bs, pool, prefix_caching=True)
+        for seq in (1, 2):  # the second repeats the first: its output keys are cached, free
+            if m.allocate(seq, prompt, token_ids=prompt_ids) is None:
+                return None
+            done = 0
+            for n in chunks:
+                if m.append_slots(seq, n, token_ids=out_ids[done : done + n]) is None:
+                    return None
+                done += n
+            m.check_integrity()
+            m.free(seq)
+        return m.gpu.free_blocks(), list(m.gpu.block_hash), m.stats
+
+    chunks, left = [], outputs
+    for c in cuts:
+        if left:
+            chunks.append(min(c, left))
+            left -= chunks[-1]
+    chunks += [left] if left else []
+    assert run(chunks) == run([1] * outputs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    bs=st.sampled_from(BLOCK_SIZES),
+    spare=st.integers(0, 6),
+    prompt=st.integers(1, 20),
+    outputs=st.integers(2, 20),
+    width=st.integers(2, 3),
+    alphabet=st.sampled_from([2, 10**6]),
+)
+def test_a_bulk_append_of_many_rounds_equals_the_rounds(
+    bs: int, spare: int, prompt: int, outputs: int, width: int, alphabet: int
+) -> None:
+    """The fast-forward's window, with prefix caching: ``append_slots_all(seqs, k)`` leaves
+    the books as k rounds of one token each do, when equal requests run together and a
+    finished one's blocks are cached free (whose key a sequence registers first, and what an
+    allocation evicts before, depend on the order; found by tests/test_fuzz_configs.py)."""
+    prompt_ids = [k % alphabet for k in range(prompt)]
+    out_ids = [(7 * k + 3) % alphabet for k in range(outputs)]
+    pool = width * cdiv(prompt + outputs, bs) + 1 + spare
+    seqs = list(range(1, width + 1))
+
+    def run(rounds: list[int]) -> object:
+        m = make_manager(bs, pool, prefix_caching=True)
+        m.allocate(0, prompt, token_ids=prompt_ids)  # finished before: cached, free
+        m.append_slots(0, outputs, token_ids=out_ids)
+        m.free(0)
+        for seq in seqs:
+            if m.allocate(seq, prompt, token_ids=prompt_ids) is None:
+                return None
+        done = 0
+        for n in rounds:
+            if not m.can_append_all(seqs, n):
+                return None
+            m.append_slots_all(seqs, n, [out_ids[done : done + n]] * width)
+            done += n
+        m.check_integrity()
+        return m.gpu.free_blocks(), list(m.gpu.block_hash), m.stats, [m.block_ids(s) for s in seqs]
+
+    assert run([outputs]) == run([1] * outputs)

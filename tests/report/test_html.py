@@ -121,6 +121,42 @@ def test_a_plot_outside_its_directory_is_not_embedded(results: Path) -> None:
     assert len(parse(build_report(results).read_text(encoding="utf-8")).images) == 1
 
 
+def test_a_linked_plot_leading_out_of_the_results_is_not_embedded(
+    results: Path, tmp_path: Path
+) -> None:
+    """A .png that is a link to a file outside (issue 17, defect 10): a note, not its bytes."""
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"not for the page")
+    plot = results / "block-size" / "preemptions.png"
+    plot.unlink()
+    plot.symlink_to(secret)
+    text = build_report(results).read_text(encoding="utf-8")
+    assert "Plot preemptions.png is missing or not an image." in text
+    assert len(parse(text).images) == 2
+    assert all(data_uri_bytes(i["src"]) != secret.read_bytes() for i in parse(text).images)
+
+
+def test_a_link_inside_the_results_is_followed(results: Path) -> None:
+    plot = results / "block-size" / "preemptions.png"
+    moved = results / "block-size" / "kept.png"
+    plot.rename(moved)
+    plot.symlink_to(moved.name)
+    assert len(parse(build_report(results).read_text(encoding="utf-8")).images) == 3
+
+
+def test_linked_results_leading_out_are_not_read(results: Path, tmp_path: Path) -> None:
+    outside = shutil.copytree(results / "rate-latency", tmp_path / "outside")
+    shutil.rmtree(results / "rate-latency")
+    (results / "rate-latency").mkdir()
+    (results / "rate-latency" / "results.json").symlink_to(outside / "results.json")
+    page = parse(build_report(results).read_text(encoding="utf-8"))
+    assert "exp-rate-latency" not in page.ids
+    (results / "claims").rename(tmp_path / "claims")
+    (results / "claims").symlink_to(tmp_path / "claims")
+    with pytest.raises(PagedKVError, match="a link out of"):
+        build_report(results)
+
+
 def test_claims_alone_or_experiments_alone_are_enough(results: Path) -> None:
     shutil.rmtree(results / "claims")
     page = parse(build_report(results).read_text(encoding="utf-8"))

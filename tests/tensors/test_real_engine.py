@@ -153,3 +153,40 @@ def test_parallel_samples_fork_through_the_engine(
     assert copies > 0  # copy-on-write did happen (a prompt length not a multiple of bs)
     if num_blocks == 20:
         assert run.totals.swap_outs > 0
+
+
+@pytest.mark.parametrize(
+    ("num_new", "num_blocks"),
+    [(1, 64), (2, 12)],
+    ids=["one-output-token", "recompute-before-fork"],
+)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parallel_samples_lose_no_sample(arch: str, num_new: int, num_blocks: int) -> None:
+    """n = 2 greedy samples finish as two sequences equal to HF's output: with one output
+    token (the prefill's, every sample's: no fork comes before the finish), and in 12 blocks
+    of 4 where recompute preempts groups between their first token and their fork (issue 17,
+    defect 8; the simulated engine's tests make the same cases)."""
+    from dataclasses import replace
+
+    workload = [replace(s, n=2) for s in specs(prompts(), num_new)]
+    engine = build_real_engine(
+        decoder(arch),
+        workload,
+        num_gpu_blocks=num_blocks,
+        block_size=4,
+        num_cpu_blocks=64,
+        scheduler=SchedulerConfig(
+            max_model_len=MAX_POSITION, preemption_mode=PreemptionMode.RECOMPUTE
+        ),
+        check_integrity=True,
+        cache_factory=CheckedCache,
+    )
+    run, _ = run_checked(engine)
+    ps = prompts()
+    for req in run.requests:
+        expected = hf_greedy(arch, ps[req.request_id], num_new)
+        assert len(req.seq_ids) == 2
+        for seq_id in req.seq_ids:
+            assert tuple(req.outputs_of(seq_id)) == expected, (req.request_id, seq_id)
+    if num_new == 2:
+        assert run.totals.preemptions > 0

@@ -214,6 +214,8 @@ class Engine:
         for req in finished:
             for done in self.scheduler.finish(req):
                 done.finish_time = self.now
+                if done.n > 1:
+                    done.complete_samples()
                 self._ended += 1
                 if self.followups:
                     self._release_followups(done)

@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass, field
 
 from pagedkv.engine.beam import BeamState
+from pagedkv.errors import IntegrityError
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -87,6 +88,28 @@ class Request:
     def __post_init__(self) -> None:
         if not self.seq_ids:
             self.seq_ids = [self.request_id]  # a group of one; parallel sampling adds more
+
+    @property
+    def sampled_unforked(self) -> bool:
+        """Parallel samples whose first token is sampled but which have not forked yet (the
+        fork comes with the group's next append): the token is every sample's, so the group
+        already stands for n sequences."""
+        return self.beam is None and 0 < len(self.seq_ids) < self.n and self.num_output_tokens > 0
+
+    def complete_samples(self) -> None:
+        """At the finish of a group that never forked (one output token: the prompt's, shared
+        by every sample), add the samples it would have forked: each holds that same token.
+        Memory is not involved: the group has freed everything by then. Unforked after more
+        tokens than that, its samples would share more than their first token: a bug."""
+        if self.sampled_unforked and self.num_output_tokens != 1:
+            raise IntegrityError(
+                f"request {self.request_id}: {self.n} samples finished unforked after "
+                f"{self.num_output_tokens} tokens"
+            )
+        while self.sampled_unforked:
+            child = (self.request_id, len(self.seq_ids))  # as the scheduler names a fork
+            self.seq_ids.append(child)
+            self.child_output_ids[child] = list(self.output_token_ids)
 
     def outputs_of(self, seq_id: object) -> list[int]:
         """The sampled ids of one sequence of the group (a real executor's)."""

@@ -30,7 +30,7 @@ from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
 from pagedkv.memory.interface import AllocStatus, SeqId, SlotCopy
 from pagedkv.memory.placement import AddressSpace, BuddySpace, FirstFitSpace, FixedSlotSpace
 from pagedkv.memory.usage import MemoryUsage
-from pagedkv.validation import check_int
+from pagedkv.validation import as_int
 
 
 @dataclass
@@ -197,6 +197,7 @@ class ContiguousAllocator:
         status, reserved, final = self._plan(num_tokens, final_len)
         if status is not AllocStatus.OK:
             return None
+        num_tokens = int(num_tokens)  # (_plan checked it: an int, or a numpy integer)
         self._place(seq_id, reserved, num_tokens, final, num_tokens)
         return 0
 
@@ -212,6 +213,9 @@ class ContiguousAllocator:
     ) -> list[SlotCopy]:
         """``append_slots`` for each sequence; the caller checked every region's room (token
         ids play no part in contiguous memory)."""
+        num_tokens = as_int("num_tokens", num_tokens, 0)
+        for seq_id in seq_ids:
+            self._get(seq_id)  # an unknown id is refused before any region moves
         for seq_id in seq_ids:
             if self.append_slots(seq_id, num_tokens) is None:
                 raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
@@ -223,7 +227,8 @@ class ContiguousAllocator:
         """[] if the tokens fit in the region (up to max_model_len), else ``None``: a contiguous
         region cannot grow in place, and moving it is the scheduler's business (preempt)."""
         r = self._get(seq_id)
-        check_int("num_tokens", num_tokens, 0)
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = as_int("num_tokens", num_tokens, 0)
         if r.tokens + num_tokens > min(r.held, self.config.max_model_len):
             return None
         self._count(r, -1)
@@ -275,9 +280,9 @@ class ContiguousAllocator:
         self, num_tokens: int, final_len: int | None, prompt: int | None = None
     ) -> tuple[AllocStatus, int, int]:
         """(status, R, F) for a new region; validates the arguments; changes nothing."""
-        check_int("num_tokens", num_tokens, 0)
+        num_tokens = as_int("num_tokens", num_tokens, 0)
         if final_len is not None:
-            check_int("final_len", final_len, 1)
+            final_len = as_int("final_len", final_len, 1)
             if final_len < num_tokens:
                 raise ConfigError("final_len", final_len, f"must be >= num_tokens ({num_tokens})")
         mml = self.config.max_model_len

@@ -22,10 +22,11 @@ from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
 from pagedkv.memory.pinned import PinnedPrefixMixin
-from pagedkv.memory.prefix_hash import BlockHash, hash_block, hash_blocks
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_block, hash_blocks
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.usage import MemoryUsage
+from pagedkv.validation import as_int
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._token_slots = 0  # distinct used GPU slots holding a token
         self._tails = TailBooks(self.block_size)
         self._watermark_blocks = config.watermark_blocks  # (a frozen config: read once)
+        # Token ids are read (hashed, matched) only with one of these on: only then are their
+        # types checked (their number always is).
+        self._ids_read = config.enable_prefix_caching or config.enable_pinned_prefixes
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -246,7 +250,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         the watermark, or the final length more blocks than the whole pool.
         LATER: it would leave fewer than the watermark's blocks free.
         """
-        self._check_new(seq_id, num_tokens, token_ids)
+        num_tokens, final_len = self._check_new(
+            seq_id, num_tokens, token_ids, final_len, cache_salt
+        )
         bs = self.block_size
         needed = -(-num_tokens // bs)
         gpu = self.gpu
@@ -308,7 +314,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         are reused. Returns the number of tokens already computed (the hit), or ``None`` if the
         free blocks do not suffice (the watermark is ``can_allocate``'s business, not this).
         """
-        self._check_new(seq_id, num_tokens, token_ids)
+        num_tokens, final_len = self._check_new(
+            seq_id, num_tokens, token_ids, final_len, cache_salt
+        )
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
             needed = -(-num_tokens // self.block_size)
             if needed > self.gpu.num_free:
@@ -358,8 +366,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         ``None``, changing nothing, when the free blocks do not suffice.
         """
         table = self._gpu_table(seq_id)
-        if num_tokens < 0:
-            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
+        if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if token_ids is not None:
+            self._check_appended_ids(token_ids, num_tokens)
         fill = table.num_tokens % self.block_size
         if (
             fill
@@ -380,14 +390,37 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
             return None
         self._tails.untrack(seq_id, table)
-        copies = table.append_slots(self.gpu, num_tokens)
-        table.note_token_ids(num_tokens, token_ids)
+        old = table.num_tokens
+        if self.config.enable_prefix_caching and table.tokens_known:
+            copies = self._append_keyed(table, num_tokens, token_ids)
+        else:
+            copies = table.append_slots(self.gpu, num_tokens)
+            table.note_token_ids(num_tokens, token_ids)
         # Copy-on-write duplicates the last block's tokens into a new physical block.
-        copied = (table.num_tokens - num_tokens) % self.block_size if copies else 0
+        copied = old % self.block_size if copies else 0
         self._token_slots += num_tokens + copied
         self._cow_copies += len(copies)
         self._register_keys(table)
         self._tails.track(seq_id, table)
+        return copies
+
+    def _append_keyed(
+        self, table: BlockTable, num_tokens: int, token_ids: Sequence[int] | None
+    ) -> list[BlockCopy]:
+        """``append_slots`` of many tokens with prefix caching on, a block at a time: each
+        full block is keyed before the next one is taken, as one token at a time would key
+        it. (Taking them all first can evict the free cached block that holds a key the new
+        tokens give, which then moves to the new block: other evictions, other free order.)"""
+        bs = self.block_size
+        copies: list[BlockCopy] = []
+        done = 0
+        while done < num_tokens:
+            piece = min(num_tokens - done, bs - table.num_tokens % bs)
+            copies += table.append_slots(self.gpu, piece)
+            ids = None if token_ids is None else token_ids[done : done + piece]
+            table.note_token_ids(piece, ids)
+            self._register_keys(table)
+            done += piece
         return copies
 
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
@@ -426,10 +459,19 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         """
         bs = self.block_size
         tables = self._tables
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if not all(map(tables.__contains__, seq_ids)):  # an unknown id: refuse before any move
+            for seq_id in seq_ids:
+                self._gpu_table(seq_id)
+        if token_ids is not None and len(token_ids) != len(seq_ids):
+            raise ConfigError("token_ids", len(token_ids), f"must hold {len(seq_ids)} entries")
         pool = self.gpu
         refs = pool.ref_counts
         take = pool.allocate
         general = self.config.enable_prefix_caching
+        if general and num_tokens > 1 and len(seq_ids) > 1:
+            return self._append_rounds(seq_ids, num_tokens, token_ids)
         copies: list[BlockCopy] = []
         same: list[int] = []  # last blocks that stay partial: only their fill moves
         grown: list[tuple[SeqId, BlockTable, int]] = []  # took blocks or filled the last one
@@ -470,6 +512,28 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._token_slots += num_tokens * (len(same) + len(grown))
         return copies
 
+    def _append_rounds(
+        self,
+        seq_ids: Sequence[SeqId],
+        num_tokens: int,
+        token_ids: Sequence[Sequence[int] | None] | None,
+    ) -> list[BlockCopy]:
+        """``append_slots_all`` with prefix caching: one token of every sequence per round, as
+        the rounds it stands for append them. Which sequence keys a block first, and which
+        free cached block an allocation evicts before a key is registered, depend on that
+        order (found by tests/test_fuzz_configs.py: evictions differed from the reference)."""
+        copies: list[BlockCopy] = []
+        for r in range(num_tokens):
+            for i, seq_id in enumerate(seq_ids):
+                ids = None if token_ids is None else token_ids[i]
+                done = self.append_slots(
+                    seq_id, 1, token_ids=None if ids is None else ids[r : r + 1]
+                )
+                if done is None:
+                    raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+                copies.extend(done)
+        return copies
+
     def fork(
         self, parent: SeqId, child: SeqId, *, final_len: int | None = None
     ) -> list[BlockCopy] | None:
@@ -478,6 +542,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         table = self._gpu_table(parent)
         if child in self._tables or child in self._swapped:
             raise UnknownSequenceError(f"sequence {child!r} is already allocated")
+        if final_len is not None and (type(final_len) is not int or final_len < 0):
+            # (a parent may have grown past its own final length, so a child may start there)
+            final_len = as_int("final_len", final_len, 0)
         child_table = table.fork(self.gpu, final_len if final_len is not None else table.final_len)
         self._tables[child] = child_table
         self._tails.track(child, child_table)
@@ -557,15 +624,49 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             raise UnknownSequenceError(f"sequence {seq_id!r} {where}")
         return table
 
-    def _check_new(self, seq_id: SeqId, num_tokens: int, token_ids: Sequence[int] | None) -> None:
+    def _check_new(
+        self,
+        seq_id: SeqId,
+        num_tokens: int,
+        token_ids: Sequence[int] | None,
+        final_len: int | None,
+        cache_salt: str | bytes | None,
+    ) -> tuple[int, int | None]:
+        """Every argument of ``can_allocate`` / ``allocate``, checked before anything changes
+        (O(1), and O(len(token_ids)) once when the ids will be read); the counts as plain
+        ints (numpy integers accepted, bools and floats refused: ``as_int``)."""
         if seq_id in self._tables or seq_id in self._swapped:
             raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
-        if type(num_tokens) is not int or num_tokens < 0:  # (a bool is not an int here)
-            raise ConfigError("num_tokens", num_tokens, "must be an integer >= 0")
-        if token_ids is not None and len(token_ids) < num_tokens:
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = as_int("num_tokens", num_tokens, 0)
+        if final_len is not None:
+            final_len = self._check_final(final_len, num_tokens)
+        if token_ids is not None:
+            if _length(token_ids) < num_tokens:
+                raise ConfigError(
+                    "token_ids", len(token_ids), f"must hold at least num_tokens={num_tokens} ids"
+                )
+            if self._ids_read:
+                check_token_ids("token_ids", token_ids)
+        if cache_salt is not None and not isinstance(cache_salt, (str, bytes)):
+            raise ConfigError("cache_salt", cache_salt, "must be a str, bytes or None")
+        return num_tokens, final_len
+
+    @staticmethod
+    def _check_final(final_len: int, num_tokens: int) -> int:
+        if type(final_len) is not int or final_len < num_tokens:
+            final_len = as_int("final_len", final_len, 0)
+            if final_len < num_tokens:
+                raise ConfigError("final_len", final_len, f"must be >= num_tokens ({num_tokens})")
+        return final_len
+
+    def _check_appended_ids(self, token_ids: Sequence[int], num_tokens: int) -> None:
+        if _length(token_ids) != num_tokens:
             raise ConfigError(
-                "token_ids", len(token_ids), f"must hold at least num_tokens={num_tokens} ids"
+                "token_ids", len(token_ids), f"must hold exactly num_tokens={num_tokens} ids"
             )
+        if self._ids_read:
+            check_token_ids("token_ids", token_ids)
 
     def _hit(
         self, num_tokens: int, token_ids: Sequence[int] | None, cache_salt: str | bytes | None
@@ -603,3 +704,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._token_slots -= bs * len(freed)
         if freed and freed[0] == last:
             self._token_slots -= max(0, last_fill) - bs
+
+
+def _length(token_ids: Sequence[int]) -> int:
+    try:
+        return len(token_ids)
+    except TypeError:
+        raise ConfigError("token_ids", token_ids, "must be a sequence of ids or None") from None

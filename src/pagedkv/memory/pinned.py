@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pagedkv.errors import ConfigError, IntegrityError, UnknownSequenceError
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.interface import BlockCopy
+from pagedkv.memory.prefix_hash import check_token_ids
 from pagedkv.memory.swapping import SwapMixin
 
 
@@ -73,6 +74,7 @@ class PinnedPrefixMixin(SwapMixin):
                 "enable_pinned_prefixes", False, "must be True to register pinned prefixes"
             )
         ids = tuple(token_ids)
+        check_token_ids("token_ids", ids)
         if not ids:
             raise ConfigError("token_ids", 0, "a pinned prefix needs at least 1 token")
         if prefix_id in self._pins:

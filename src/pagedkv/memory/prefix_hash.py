@@ -20,11 +20,31 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
+from pagedkv.errors import ConfigError
+
 BlockHash = bytes
 """A 32-byte SHA-256 digest."""
 
 ROOT: BlockHash = bytes(32)
 """The parent key of a sequence's first block."""
+
+
+INT64 = "integers in [-2**63, 2**63)"
+
+
+def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
+    """Refuse ids the keys cannot encode (floats, strings, values outside int64) before
+    anything changes: the packing below is the very encoding ``hash_block`` uses, done once
+    over the whole sequence, in C (numpy integers pass, as ``operator.index`` takes them)."""
+    try:
+        struct.pack(f"<{len(token_ids)}q", *token_ids)
+    except (struct.error, TypeError):
+        for t in token_ids:  # only on the error path: name the first bad id
+            try:
+                struct.pack("<q", t)
+            except (struct.error, TypeError):
+                raise ConfigError(field, t, f"token ids must be {INT64}") from None
+        raise ConfigError(field, type(token_ids).__name__, "must be a sequence of ids") from None
 
 
 def hash_block(

@@ -12,12 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pagedkv.errors import UnknownSequenceError
+from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, SeqId, SwapMapping
 from pagedkv.memory.tail_books import TailBooks
+from pagedkv.validation import as_int
+
+
+def _group(seq_ids: Iterable[SeqId]) -> list[SeqId]:
+    """The sequences of one swap, each once: a repeated id is refused before anything moves
+    (it would be moved twice)."""
+    ids = list(seq_ids)
+    if len(set(ids)) != len(ids):
+        seen: set[SeqId] = set()
+        for seq_id in ids:
+            if seq_id in seen:
+                raise ConfigError("seq_ids", seq_id, "must name each sequence once")
+            seen.add(seq_id)
+    return ids
 
 
 class SwapMixin:
@@ -41,7 +55,8 @@ class SwapMixin:
 
     def can_swap_out(self, seq_ids: Iterable[SeqId]) -> bool:
         """Does the CPU pool have a block for every distinct GPU block of these sequences?"""
-        return len(self._distinct_blocks(seq_ids, self._tables)) <= self.cpu.num_free
+        ids = _group(seq_ids)
+        return len(self._distinct_blocks(ids, self._tables)) <= self.cpu.num_free
 
     def swap_out(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
         """Move these sequences (swap a sequence group together) to the CPU pool.
@@ -50,7 +65,7 @@ class SwapMixin:
         pool is short. Blocks shared among the sequences stay shared on the CPU. A block also
         referenced by a sequence that stays on the GPU is copied, and stays there for the other.
         """
-        ids = list(seq_ids)
+        ids = _group(seq_ids)
         distinct = self._distinct_blocks(ids, self._tables)
         if len(distinct) > self.cpu.num_free:
             return None
@@ -72,7 +87,8 @@ class SwapMixin:
         """Would swapping these sequences back in fit, honouring the watermark, with room
         left for ``num_new_tokens`` more tokens of each (so that a resumed request can take
         its next step instead of going straight back out)?"""
-        ids = list(seq_ids)
+        ids = _group(seq_ids)
+        num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
         needed = self._swap_in_blocks_taken(ids)
         wm = self.config.watermark_blocks
         if self.gpu.num_blocks - needed < wm:
@@ -85,7 +101,7 @@ class SwapMixin:
 
         A block whose key is still in the GPU prefix cache is reused without a copy.
         """
-        ids = list(seq_ids)
+        ids = _group(seq_ids)
         if self._swap_in_blocks_taken(ids) > self.gpu.num_free:
             return None
         to_gpu: dict[int, int] = {}

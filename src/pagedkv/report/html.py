@@ -125,9 +125,23 @@ def load_json(path: Path, root: Path, shape: JsonShape | None = None) -> dict[st
     return dict(data)
 
 
+def within(path: Path, root: Path) -> bool:
+    """Does ``path``, links followed, stay inside ``root``? (What the report reads must: a link
+    out of the results directory would put any file the user can read into the page.)"""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
 def find_experiments(results_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """(directory, results) of every directory under ``results_dir`` with a results.json."""
-    found = [(p.parent, load_json(p, results_dir)) for p in results_dir.rglob("results.json")]
+    """(directory, results) of every directory under ``results_dir`` with a results.json
+    (none reached through a link that leads out of it)."""
+    found = [
+        (p.parent, load_json(p, results_dir))
+        for p in results_dir.rglob("results.json")
+        if within(p, results_dir)
+    ]
 
     def key(item: tuple[Path, dict[str, Any]]) -> tuple[int, str]:
         name = str(item[1].get("experiment", item[0].name))
@@ -201,10 +215,13 @@ def raw_table(results: Mapping[str, Any]) -> str:
 
 
 def embed(directory: Path, name: str) -> str | None:
-    """A data URI of the image ``name`` in ``directory``, or None if it cannot be embedded."""
+    """A data URI of the image ``name`` in ``directory``, or None if it cannot be embedded
+    (not an image by its suffix, not a file, or a link that leads out of ``directory``)."""
     path = directory / name
     mime = MIME.get(path.suffix.lower())
     if mime is None or Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
+        return None
+    if not within(path, directory):
         return None
     return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
@@ -312,6 +329,8 @@ def render(results_dir: Path) -> str:
     """The page's text (raises ``PagedKVError`` when there is nothing to report)."""
     experiments = find_experiments(results_dir)
     claims_path = results_dir / "claims" / "claims.json"
+    if not within(claims_path, results_dir):
+        raise PagedKVError(f"{claims_path}: a link out of {results_dir}: refused")
     claims = (
         load_json(claims_path, results_dir, CLAIMS_SHAPE).get("claims", [])
         if claims_path.is_file()

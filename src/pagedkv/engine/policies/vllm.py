@@ -126,9 +126,11 @@ class VllmScheduler(Scheduler):
         # A forked group follows group_preemption_mode, swap by default (vLLM v0's rule):
         # recomputing its samples would need each one's own tokens again, so its recompute is
         # a restart from the prompt (below), as is a swap without CPU room. A beam group
-        # counts as forked from its first token: its k first tokens are chosen.
+        # counts as forked from its first token: its k first tokens are chosen; so do
+        # parallel samples whose shared first token is sampled but not yet forked from
+        # (kept as one sequence, they would fork only after their recompute's next token).
         beam_forked = victim.beam is not None and victim.num_output_tokens > 0
-        group = len(victim.seq_ids) > 1 or beam_forked
+        group = len(victim.seq_ids) > 1 or beam_forked or victim.sampled_unforked
         config = self.config
         mode = config.group_preemption_mode if group else config.preemption_mode
         if mode is PreemptionMode.SWAP:
