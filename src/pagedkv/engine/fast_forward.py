@@ -62,6 +62,8 @@ class FastForward:
         """
         if self.cost is None:
             return
+        if not getattr(self.engine.scheduler, "decides_at_events", True):
+            return  # a policy on the per-round reference loop (vllm-v1)
         if (finished or not self._pure_decode(batch)) and not self.engine.scheduler.decodes_next():
             return
         eng = self.engine

@@ -75,6 +75,8 @@ class Scheduler(abc.ABC):
     name: ClassVar[str]
     preempts: ClassVar[bool] = False
     supports_groups: ClassVar[bool] = True  # parallel sampling (a request of n > 1 sequences)
+    always_chunked: ClassVar[bool] = False  # chunked prefill whatever enable_chunked_prefill says
+    default_watermark: ClassVar[float] = 0.01  # the watermark when the run sets none (vLLM v0's)
 
     @classmethod
     @abc.abstractmethod

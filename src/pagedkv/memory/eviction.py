@@ -137,6 +137,18 @@ class LFUBlockPool(BlockPool):
         heapq.heapify(self._heap)
 
 
+class TailBlockPool(BlockPool):
+    """vLLM v1's free queue: every block that becomes free joins the tail, cached or not, and
+    allocation takes the head (evicting its key if it has one). ``BlockPool`` hands an
+    uncached free block out before any cached one instead; the two differ in which cached
+    block a full pool gives up."""
+
+    def _freed(self, block: int) -> None:
+        self._free[block] = None
+        if self.block_hash[block] is not None:
+            self._num_cached_free += 1
+
+
 def gpu_pool(config: CacheConfig) -> BlockPool:
     """The GPU block pool for ``config``: the plain (LRU) pool unless prefix caching is on with
     another policy, so the common cases run exactly the LRU code."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
-from pagedkv.memory.block_pool import UncachedBlockPool
+from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
@@ -80,10 +80,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``.
     """
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, gpu: BlockPool | None = None) -> None:
         self.config = config
         self.block_size = config.block_size
-        self.gpu = gpu_pool(config)  # the eviction policy's pool (plain LRU by default)
+        # the eviction policy's pool (plain LRU by default), or one a policy brings
+        self.gpu = gpu_pool(config) if gpu is None else gpu
         self.cpu = UncachedBlockPool(config.num_cpu_blocks)
         self._tables: dict[SeqId, BlockTable] = {}  # sequences whose blocks are on the GPU
         self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
@@ -548,6 +549,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
                 return NO_HIT
             return PrefixHit(pinned.blocks, pinned.num_tokens)
         return self.lookup_prefix(token_ids[:num_tokens], cache_salt=cache_salt)
+
+    def free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
+        """Free blocks that allocating ``num_tokens`` tokens after ``hit`` would take (a hit
+        block that is free still leaves the free queue); the policy's own admission test."""
+        return self._free_blocks_taken(num_tokens, hit)
 
     def _free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue entries an allocation consumes: every block but hits already in use."""
