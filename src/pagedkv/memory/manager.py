@@ -321,12 +321,19 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     # ----- growth and sharing -----------------------------------------------------------------
     def append_slots(
-        self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None
+        self,
+        seq_id: SeqId,
+        num_tokens: int = 1,
+        *,
+        token_ids: Sequence[int] | None = None,
+        cache_limit: int | None = None,
     ) -> list[BlockCopy] | None:
         """Slots for ``num_tokens`` more tokens of ``seq_id``.
 
         Returns the copy-on-write copies to perform before writing (empty when none), or
-        ``None``, changing nothing, when the free blocks do not suffice.
+        ``None``, changing nothing, when the free blocks do not suffice. ``cache_limit``: key
+        only blocks within the first that many tokens now (a scheduler that does not know the
+        newest token yet, as vLLM's async one); a later call keys the rest.
         """
         table = self._gpu_table(seq_id)
         if num_tokens < 0:
@@ -345,7 +352,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             if table.tokens_known:
                 table.note_token_ids(num_tokens, token_ids)
                 if fill + num_tokens == self.block_size:
-                    self._register_keys(table)
+                    self._register_keys(table, cache_limit)
             return []
         cow = table.needs_cow(self.gpu, num_tokens)
         if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
@@ -357,7 +364,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         copied = (table.num_tokens - num_tokens) % self.block_size if copies else 0
         self._token_slots += num_tokens + copied
         self._cow_copies += len(copies)
-        self._register_keys(table)
+        self._register_keys(table, cache_limit)
         self._tails.track(seq_id, table)
         return copies
 
@@ -563,10 +570,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         cow = int(hit.num_computed_tokens % self.block_size != 0)  # a pinned partial block
         return self.blocks_for(num_tokens) - shared + cow
 
-    def _register_keys(self, table: BlockTable) -> None:
-        """Key the blocks that became full with known tokens (only with prefix caching on)."""
+    def _register_keys(self, table: BlockTable, limit: int | None = None) -> None:
+        """Key the blocks that became full with known tokens (only with prefix caching on),
+        within the first ``limit`` tokens if given."""
         if self.config.enable_prefix_caching and table.tokens_known:
-            for j, key in table.new_block_keys():
+            for j, key in table.new_block_keys(limit):
                 self.gpu.cache_block(table.blocks[j], key)
 
     def _release_gpu(self, table: BlockTable) -> None:

@@ -16,7 +16,8 @@ One token budget (``max_num_batched_tokens``, default 2048) per step; prefill is
    ``int(watermark * num_gpu_blocks)`` blocks free, and applies only to these admissions and
    only while some request runs. The first head that does not fit ends admission.
 3. The null block: vLLM keeps block 0 out of the pool, so ``num_gpu_blocks`` N gives N - 1
-   usable blocks. vLLM's free queue: every freed block joins the tail, cached or not.
+   usable blocks. vLLM's free queue: of the blocks a request frees, the uncached ones go to
+   the head (last block first), the cached ones to the tail (``V1BlockPool``).
 4. ``async_scheduling``: a step is scheduled before the previous step's outputs are known, so
    a request that sampled its last token holds its blocks and its running slot through the
    next schedule (it computes nothing there) and is freed after it.
@@ -36,7 +37,7 @@ from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig
-from pagedkv.memory.eviction import TailBlockPool
+from pagedkv.memory.eviction import V1BlockPool
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import NO_HIT, KVCacheManager, PrefixHit
 
@@ -61,8 +62,8 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
                 "must be >= 2 for vllm-v1 (vLLM keeps one block as its null block)",
             )
         usable = dataclasses.replace(cache, num_gpu_blocks=cache.num_gpu_blocks - 1)
-        gpu = TailBlockPool(usable.num_gpu_blocks, enable_caching=True)
-        return KVCacheManager(usable, gpu if usable.enable_prefix_caching else None)
+        gpu = V1BlockPool(usable.num_gpu_blocks, enable_caching=usable.enable_prefix_caching)
+        return KVCacheManager(usable, gpu)
 
     def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
         super().__init__(config, kv)
@@ -74,6 +75,8 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         self._priority = config.scheduling_policy is SchedulingPolicy.PRIORITY
         # async: requests whose last token is in flight, freed after the next schedule
         self._draining: list[Request] = []
+        # async: requests that sampled in the last step (vLLM's scheduler has not seen it yet)
+        self._sampled: set[Request] = set()
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -110,27 +113,45 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
 
     # ----- one step -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
-        draining = self._draining
-        budget = self._budget
-        num_eligible = len(self.running) + len(self.waiting)
-        threshold = self.config.long_prefill_token_threshold if num_eligible > 1 else 0
-        budget = self._schedule_running(out, budget, threshold)
-        if not out.preempted:
-            self._schedule_waiting(out, budget, threshold)
-        for req in draining:  # the late outputs arrive: finished requests free their blocks
-            if req in self.running:
-                self.running.remove(req)
-                self._free_group(req)
-        draining.clear()
+        out = self._schedule_once()
+        if not self.config.async_scheduling:
+            return out
+        # The late outputs arrive after this schedule: finished requests free their blocks
+        # and slots. If nothing was scheduled, vLLM's engine schedules again at once, the
+        # outputs in.
+        self._sampled.clear()
+        if self._draining:
+            self._release_draining()
+            if not out.chunks:
+                again = self._schedule_once()
+                again.preempted[:0] = out.preempted
+                out = again
+        self._sampled = {c.request for c in out.chunks if c.request.num_pending_tokens == c.num_new_tokens}
         return out
 
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self._active())
+    def _schedule_once(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        num_eligible = len(self.running) + len(self.waiting)
+        threshold = self.config.long_prefill_token_threshold if num_eligible > 1 else 0
+        budget = self._schedule_running(out, self._budget, threshold)
+        if not out.preempted:
+            self._schedule_waiting(out, budget, threshold)
+        return out
 
-    def _active(self) -> list[Request]:
-        """Running requests that still compute (not a finished one awaiting its free)."""
-        return [r for r in self.running if r.status is RequestStatus.RUNNING]
+    def _release_draining(self) -> None:
+        for req in self._draining:
+            self.running.remove(req)
+            self._free_group(req)
+        self._draining.clear()
+
+    def has_unfinished(self) -> bool:
+        """Does any request wait or compute? When none does, the late outputs of the last
+        step are in (async), so finished requests free their blocks now."""
+        if self.waiting or any(r.status is RequestStatus.RUNNING for r in self.running):
+            return True
+        if self._draining:
+            self._release_draining()
+        return False
 
     def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
         running, kv = self.running, self.paged
@@ -151,9 +172,12 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
                 continue
             start = req.num_computed_tokens
             ids = req.token_slice(start, start + n) if self.has_token_ids else None
+            # async: the token sampled last step is not known to the scheduler yet, so the
+            # block it fills is keyed one step later (vLLM caches up to its known tokens)
+            limit = req.num_tokens - 1 if req in self._sampled else None
             fits = False
             while True:
-                copies = kv.append_slots(req.seq_id, n, token_ids=ids)
+                copies = kv.append_slots(req.seq_id, n, token_ids=ids, cache_limit=limit)
                 if copies is not None:
                     out.copies.extend(copies)
                     fits = True
