@@ -88,19 +88,18 @@ def random_case(seed: int) -> Case:
         enable_prefix_caching=rng.random() < 0.7,
         scheduler_reserve_full_isl=True,
         long_prefill_token_threshold=0,
-        async_scheduling=False,
+        async_scheduling=True,
         scheduling_policy="fcfs",
         requests=tuple(reqs),
     )
 
 
-def with_option(case: Case, option: str) -> Case:
-    """``case`` with one option changed from vLLM's default."""
+def with_option(case: Case, option: str, async_scheduling: bool = True) -> Case:
+    """``case`` with one option changed from vLLM's default, async scheduling on or off."""
     rng = random.Random(case.seed * 7919 + len(option))
+    case = replace(case, async_scheduling=async_scheduling)
     if option == "defaults":
         return case
-    if option == "async":
-        return replace(case, async_scheduling=True)
     if option == "no_full_isl":
         return replace(case, scheduler_reserve_full_isl=False)
     if option == "threshold":
@@ -113,4 +112,4 @@ def with_option(case: Case, option: str) -> Case:
     raise ValueError(option)
 
 
-OPTIONS = ("defaults", "async", "no_full_isl", "threshold", "watermark", "priority")
+OPTIONS = ("defaults", "no_full_isl", "threshold", "watermark", "priority")

@@ -15,20 +15,24 @@ pytest.importorskip("vllm.v1.core.sched.scheduler")
 from tests.vllm_diff.cases import OPTIONS, random_case, with_option  # noqa: E402
 from tests.vllm_diff.drivers import run_paged, run_vllm  # noqa: E402
 
-NUM_SEEDS = int(os.environ.get("PAGEDKV_VLLM_DIFF_SEEDS", "40"))
+NUM_SEEDS = int(os.environ.get("PAGEDKV_VLLM_DIFF_SEEDS", "200"))
 
 
+@pytest.mark.parametrize("async_scheduling", [True, False], ids=["async", "sync"])
 @pytest.mark.parametrize("option", OPTIONS)
-def test_same_schedule_as_vllm(option: str) -> None:
-    """Every seeded workload, at vLLM's defaults and with one option changed, schedules the
-    same tokens, preempts the same requests, hits the same prefix tokens and uses the same
-    blocks in every step as vLLM does."""
+def test_same_schedule_as_vllm(option: str, async_scheduling: bool) -> None:
+    """Every seeded workload, at vLLM's defaults and with one option changed, async
+    scheduling on (vLLM's default) and off, schedules the same tokens, preempts the same
+    requests, hits the same prefix tokens and uses the same blocks in every step as vLLM."""
     mismatches = []
+    steps = 0
     for seed in range(NUM_SEEDS):
-        case = with_option(random_case(seed), option)
+        case = with_option(random_case(seed), option, async_scheduling)
         theirs, ours = run_vllm(case), run_paged(case)
+        steps += len(theirs)
         if theirs != ours:
             at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
             at = min(len(theirs), len(ours)) if at is None else at
             mismatches.append(f"{case.label()}: first difference at step {at}")
+    print(f"{NUM_SEEDS} workloads, {steps} steps compared")
     assert not mismatches, "\n".join(mismatches)

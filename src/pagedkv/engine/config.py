@@ -66,9 +66,10 @@ class SchedulerConfig:
         "or waiting; 0 means no limit (vLLM's default).",
     )
     async_scheduling: bool = help_field(
-        False,
+        True,
         "vllm-v1: schedule each step before the previous step's outputs are known, so finished "
-        "requests free their blocks one step later (vLLM's --async-scheduling).",
+        "requests free their blocks one step later (vLLM's default true; false: "
+        "--no-async-scheduling).",
     )
     scheduling_policy: SchedulingPolicy = help_field(
         SchedulingPolicy.FCFS,

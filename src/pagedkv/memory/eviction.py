@@ -181,6 +181,19 @@ class V1BlockPool(BlockPool):
         self._num_cached_free -= 1
         self.num_evictions += 1
 
+    def release(self, blocks: list[int]) -> list[int]:
+        freed = [b for b in blocks if self._drop_ref(b)]
+        free, keys = self._free, self.block_hash
+        for b in reversed(freed):
+            if keys[b] is None:
+                free[b] = None
+                free.move_to_end(b, last=False)
+        for b in freed:
+            if keys[b] is not None:
+                free[b] = None
+                self._num_cached_free += 1
+        return freed
+
     def cache_block(self, block: int, key: BlockHash) -> bool:
         if key in self._cache and self.enable_caching and self.block_hash[block] is None:
             self._copies.setdefault(key, []).append(block)

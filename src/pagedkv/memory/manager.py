@@ -368,6 +368,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._tails.track(seq_id, table)
         return copies
 
+    def cache_known_blocks(self, seq_id: SeqId, num_tokens: int) -> None:
+        """Key the full blocks of ``seq_id`` within its first ``num_tokens`` tokens that are
+        not keyed yet (with prefix caching on): for a scheduler that learns a step's tokens
+        only after the next step is scheduled, as vLLM's async one, and keys them then."""
+        self._register_keys(self._gpu_table(seq_id), num_tokens)
+
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
         """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
         sharing a partial last block each copy it but the last, who finds it its own."""

@@ -75,8 +75,9 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         self._priority = config.scheduling_policy is SchedulingPolicy.PRIORITY
         # async: requests whose last token is in flight, freed after the next schedule
         self._draining: list[Request] = []
-        # async: requests that sampled in the last step (vLLM's scheduler has not seen it yet)
-        self._sampled: set[Request] = set()
+        # async: requests that sampled in the last step, in its order (vLLM's scheduler has
+        # not seen those tokens yet)
+        self._sampled: dict[Request, None] = {}
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -116,18 +117,31 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         out = self._schedule_once()
         if not self.config.async_scheduling:
             return out
-        # The late outputs arrive after this schedule: finished requests free their blocks
-        # and slots. If nothing was scheduled, vLLM's engine schedules again at once, the
-        # outputs in.
-        self._sampled.clear()
-        if self._draining:
-            self._release_draining()
-            if not out.chunks:
-                again = self._schedule_once()
-                again.preempted[:0] = out.preempted
-                out = again
-        self._sampled = {c.request for c in out.chunks if c.request.num_pending_tokens == c.num_new_tokens}
+        released = bool(self._draining)
+        self._outputs_arrive()
+        if released and not out.chunks:
+            # nothing ran: vLLM's engine schedules again at once, the outputs in
+            again = self._schedule_once()
+            again.preempted[:0] = out.preempted
+            out = again
+        self._sampled = {
+            c.request: None for c in out.chunks if c.request.num_pending_tokens == c.num_new_tokens
+        }
         return out
+
+    def _outputs_arrive(self) -> None:
+        """The last step's outputs reach the scheduler (async, after this step was scheduled):
+        the blocks they complete are keyed, for each request that sampled and was not just
+        preempted; then finished requests free their blocks and slots."""
+        kv = self.paged
+        for req in self._sampled:
+            if req.status is not RequestStatus.WAITING and kv.has_seq(req.seq_id):
+                kv.cache_known_blocks(req.seq_id, req.num_computed_tokens)
+        self._sampled = {}
+        for req in self._draining:
+            self.running.remove(req)
+            self._free_group(req)
+        self._draining.clear()
 
     def _schedule_once(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -138,19 +152,13 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
             self._schedule_waiting(out, budget, threshold)
         return out
 
-    def _release_draining(self) -> None:
-        for req in self._draining:
-            self.running.remove(req)
-            self._free_group(req)
-        self._draining.clear()
-
     def has_unfinished(self) -> bool:
         """Does any request wait or compute? When none does, the late outputs of the last
         step are in (async), so finished requests free their blocks now."""
         if self.waiting or any(r.status is RequestStatus.RUNNING for r in self.running):
             return True
         if self._draining:
-            self._release_draining()
+            self._outputs_arrive()
         return False
 
     def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
