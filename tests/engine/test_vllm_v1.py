@@ -44,9 +44,7 @@ def engine(
         enable_prefix_caching=prefix_caching,
     )
     kv = VllmV1Scheduler.make_allocator(cache, config)
-    return Engine(
-        VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True
-    )
+    return Engine(VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True)
 
 
 def record(eng: Engine) -> list[SchedulerOutput]:
@@ -90,7 +88,8 @@ def test_watermark_defaults_to_zero_for_vllm_v1_only() -> None:
 
 def test_budget_below_model_length_needs_no_chunked_prefill_flag() -> None:
     config = SchedulerConfig(scheduler="vllm-v1", max_num_batched_tokens=256, max_num_seqs=8)
-    assert config.chunked and config.token_budget == 256
+    assert config.chunked
+    assert config.token_budget == 256
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):
         SchedulerConfig(scheduler="vllm", max_num_batched_tokens=256)
 
@@ -143,7 +142,8 @@ def test_watermark_applies_only_while_something_runs() -> None:
     watermark (vLLM applies it only while a request runs), and finishes."""
     eng = engine([RequestSpec(0, 150, 10)], blocks=11, watermark=0.2)
     run = eng.run()
-    assert not run.deadlocked and run.requests[0].status is RequestStatus.FINISHED
+    assert not run.deadlocked
+    assert run.requests[0].status is RequestStatus.FINISHED
 
 
 def test_async_frees_a_finished_request_one_step_late() -> None:
@@ -177,12 +177,17 @@ def test_priority_runs_the_lowest_first_and_preempts_the_highest() -> None:
     ]
     batches = record(
         engine(
-            specs, blocks=10, scheduling_policy="priority", max_num_batched_tokens=64, max_num_seqs=3
+            specs,
+            blocks=10,
+            scheduling_policy="priority",
+            max_num_batched_tokens=64,
+            max_num_seqs=3,
         )
     )
     assert [c.request.request_id for c in batches[0].chunks] == [1, 0]
     victims = [r.request_id for b in batches for r in b.preempted]
-    assert victims and all(v != 1 for v in victims)
+    assert victims
+    assert all(v != 1 for v in victims)
 
 
 @st.composite

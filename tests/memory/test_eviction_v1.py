@@ -28,7 +28,8 @@ def test_uncached_frees_go_to_the_head_in_order_and_cached_to_the_tail() -> None
 def test_a_key_on_two_blocks_survives_the_eviction_of_the_first() -> None:
     pool = V1BlockPool(3, enable_caching=True)
     x, y = pool.allocate_many(2)
-    assert pool.cache_block(x, key(7)) and pool.cache_block(y, key(7))
+    assert pool.cache_block(x, key(7))
+    assert pool.cache_block(y, key(7))
     assert pool.lookup(key(7)) == x
     pool.release([x])
     pool.release([y])  # free queue: 2, x, y

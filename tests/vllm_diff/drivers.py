@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.engine.config import SchedulerConfig as PagedSchedulerConfig
+from pagedkv.engine.config import SchedulingPolicy
 from pagedkv.engine.cost_model import UnitCost
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import SimExecutor
@@ -220,7 +221,7 @@ def paged_engine(case: Case) -> Engine:
         scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
         long_prefill_token_threshold=case.long_prefill_token_threshold,
         async_scheduling=case.async_scheduling,
-        scheduling_policy=case.scheduling_policy,
+        scheduling_policy=SchedulingPolicy(case.scheduling_policy),
     )
     cache_config = PagedCacheConfig(
         num_gpu_blocks=case.num_gpu_blocks,
@@ -241,9 +242,7 @@ def paged_engine(case: Case) -> Engine:
         )
         for r in case.requests
     ]
-    return Engine(
-        VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True
-    )
+    return Engine(VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True)
 
 
 def run_paged(case: Case) -> list[Step]:
@@ -259,7 +258,9 @@ def run_paged(case: Case) -> list[Step]:
         if out.chunks:
             steps.append(
                 Step(
-                    tokens=tuple(sorted((c.request.request_id, c.num_new_tokens) for c in out.chunks)),
+                    tokens=tuple(
+                        sorted((c.request.request_id, c.num_new_tokens) for c in out.chunks)
+                    ),
                     preempted=tuple(sorted(r.request_id for r in out.preempted)),
                     hits=tuple(
                         sorted(

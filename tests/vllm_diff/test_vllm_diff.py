@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler")
 
-from tests.vllm_diff.cases import OPTIONS, random_case, with_option  # noqa: E402
-from tests.vllm_diff.drivers import run_paged, run_vllm  # noqa: E402
+from tests.vllm_diff.cases import OPTIONS, random_case, with_option
+from tests.vllm_diff.drivers import run_paged, run_vllm
 
 NUM_SEEDS = int(os.environ.get("PAGEDKV_VLLM_DIFF_SEEDS", "200"))
 
@@ -31,7 +31,9 @@ def test_same_schedule_as_vllm(option: str, async_scheduling: bool) -> None:
         theirs, ours = run_vllm(case), run_paged(case)
         steps += len(theirs)
         if theirs != ours:
-            at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
+            at = next(
+                (i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None
+            )
             at = min(len(theirs), len(ours)) if at is None else at
             mismatches.append(f"{case.label()}: first difference at step {at}")
     print(f"{NUM_SEEDS} workloads, {steps} steps compared")

@@ -204,7 +204,11 @@ class V1BlockPool(BlockPool):
     def check_integrity(self, expected_refs: list[int]) -> None:
         """The base books, with a key's later copies counted as cached blocks too."""
         for key, blocks in self._copies.items():
-            if key not in self._cache or not blocks or any(self.block_hash[b] != key for b in blocks):
+            if (
+                key not in self._cache
+                or not blocks
+                or any(self.block_hash[b] != key for b in blocks)
+            ):
                 raise IntegrityError(f"copies {blocks} of a key disagree with the cache map")
         copies = [b for blocks in self._copies.values() for b in blocks]
         # The base counts keyed blocks against the cache map: it is shown the primaries only.
@@ -216,8 +220,8 @@ class V1BlockPool(BlockPool):
         try:
             super().check_integrity(expected_refs)
         finally:
-            for b, key in zip(copies, keys, strict=True):
-                self.block_hash[b] = key
+            for b, k in zip(copies, keys, strict=True):
+                self.block_hash[b] = k
             self._num_cached_free += hidden_free
 
 

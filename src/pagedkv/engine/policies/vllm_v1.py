@@ -201,9 +201,9 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
                 self._preempt(victim, out)
                 if victim is req:
                     break
-            if not fits:
-                if self._priority and req.status is RequestStatus.WAITING:
-                    continue  # it preempted itself; the ones after it may fit (i is theirs)
+            if not fits:  # it preempted itself
+                if self._priority:
+                    continue  # the ones after it may still fit (i is theirs now)
                 break
             scheduled[req] = n
             out.chunks.append(ScheduledChunk(req, n, start))
@@ -218,7 +218,6 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
         kv = self.paged
-        bs = kv.block_size
         max_len = self.config.max_model_len
         while budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs:
             req = self._head()

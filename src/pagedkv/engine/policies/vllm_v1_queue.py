@@ -1,8 +1,8 @@
 """The vllm-v1 policy's waiting queue: FCFS (a deque) or priority (kept sorted).
 
-    FCFS:      arrivals join the tail; a preempted request goes back to the head.
-    priority:  every request (arrival or preempted) takes its place by (priority, arrival
-               time, request id), lowest first: vLLM's priority queue order.
+FCFS:      arrivals join the tail; a preempted request goes back to the head.
+priority:  every request (arrival or preempted) takes its place by (priority, arrival
+           time, request id), lowest first: vLLM's priority queue order.
 """
 
 from __future__ import annotations
