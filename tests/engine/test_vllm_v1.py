@@ -86,6 +86,19 @@ def test_watermark_defaults_to_zero_for_vllm_v1_only() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("flat", "field"),
+    [
+        ({"enable_prefix_caching": True, "eviction_policy": "lfu"}, "eviction_policy"),
+        ({"num_gpu_blocks": 1}, "num_gpu_blocks"),
+    ],
+)
+def test_what_vllm_v1_cannot_do_is_one_config_error(flat: dict[str, object], field: str) -> None:
+    config = SimulationConfig.from_flat({"scheduler": "vllm-v1", "num_gpu_blocks": 64, **flat})
+    with pytest.raises(ConfigError, match=field):
+        simulate(config)
+
+
 def test_budget_below_model_length_needs_no_chunked_prefill_flag() -> None:
     config = SchedulerConfig(scheduler="vllm-v1", max_num_batched_tokens=256, max_num_seqs=8)
     assert config.chunked

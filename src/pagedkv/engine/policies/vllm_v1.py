@@ -36,7 +36,7 @@ from pagedkv.engine.policies.vllm_v1_queue import PriorityQueueMixin
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError
-from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.eviction import V1BlockPool
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import NO_HIT, KVCacheManager, PrefixHit
@@ -54,7 +54,14 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
-        """N - 1 usable blocks (vLLM's null block); the policy applies the watermark itself."""
+        """N - 1 usable blocks (vLLM's null block) in vLLM's block pool; the policy applies the
+        watermark itself."""
+        if cache.enable_prefix_caching and cache.eviction_policy is not EvictionPolicy.LRU:
+            raise ConfigError(
+                "eviction_policy",
+                cache.eviction_policy.value,
+                "vllm-v1 runs vLLM's own free queue (lru)",
+            )
         if cache.num_gpu_blocks < 2:
             raise ConfigError(
                 "num_gpu_blocks",
