@@ -74,7 +74,7 @@ class SchedulerConfig:
     scheduling_policy: SchedulingPolicy = help_field(
         SchedulingPolicy.FCFS,
         "vllm-v1: 'fcfs' or 'priority' (lowest request priority first, then arrival; a "
-        "request's priority is RequestSpec.priority).",
+        "request's priority is a trace's priority column, default 0).",
     )
 
     def __post_init__(self) -> None:
