@@ -109,7 +109,13 @@ def test_budget_below_model_length_needs_no_chunked_prefill_flag() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("long_prefill_token_threshold", -1), ("scheduling_policy", "lifo"), ("async_scheduling", 1)],
+    [
+        ("long_prefill_token_threshold", -1),
+        ("scheduling_policy", "lifo"),
+        ("async_scheduling", 1),
+        ("max_num_scheduled_tokens", 0),
+        ("max_num_active_seqs", 300),
+    ],
 )
 def test_bad_option_is_one_config_error(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
@@ -171,6 +177,13 @@ def test_async_frees_a_finished_request_one_step_late() -> None:
             i for i, b in enumerate(batches) if any(c.request.request_id == 2 for c in b.chunks)
         )
     assert starts[True] == starts[False] + 1
+
+
+def test_scheduled_tokens_and_active_seqs_cap_a_step() -> None:
+    specs = [RequestSpec(i, 40, 3) for i in range(4)]
+    batches = record(engine(specs, max_num_scheduled_tokens=50, max_num_active_seqs=2))
+    assert [c.num_new_tokens for c in batches[0].chunks] == [40, 10]
+    assert max(len(b.chunks) for b in batches) <= 2
 
 
 def test_long_prefill_threshold_caps_chunks_only_with_company() -> None:

@@ -31,6 +31,8 @@ class Case:
     enable_prefix_caching: bool
     scheduler_reserve_full_isl: bool
     long_prefill_token_threshold: int
+    max_num_scheduled_tokens: int | None
+    max_num_active_seqs: int | None
     async_scheduling: bool
     scheduling_policy: str
     requests: tuple[Req, ...]
@@ -41,6 +43,7 @@ class Case:
             f"blocks={self.num_gpu_blocks} budget={self.max_num_batched_tokens} "
             f"seqs={self.max_num_seqs} wm={self.watermark} pc={self.enable_prefix_caching} "
             f"isl={self.scheduler_reserve_full_isl} thr={self.long_prefill_token_threshold} "
+            f"sched={self.max_num_scheduled_tokens} active={self.max_num_active_seqs} "
             f"async={self.async_scheduling} policy={self.scheduling_policy} "
             f"n={len(self.requests)}"
         )
@@ -88,6 +91,8 @@ def random_case(seed: int) -> Case:
         enable_prefix_caching=rng.random() < 0.7,
         scheduler_reserve_full_isl=True,
         long_prefill_token_threshold=0,
+        max_num_scheduled_tokens=None,
+        max_num_active_seqs=None,
         async_scheduling=True,
         scheduling_policy="fcfs",
         requests=tuple(reqs),
@@ -104,6 +109,10 @@ def with_option(case: Case, option: str, async_scheduling: bool = True) -> Case:
         return replace(case, scheduler_reserve_full_isl=False)
     if option == "threshold":
         return replace(case, long_prefill_token_threshold=rng.choice([1, 3, 8, 32]))
+    if option == "scheduled_tokens":
+        return replace(case, max_num_scheduled_tokens=rng.randint(1, case.max_num_batched_tokens))
+    if option == "active_seqs":
+        return replace(case, max_num_active_seqs=rng.randint(1, min(8, case.max_num_seqs)))
     if option == "watermark":
         return replace(case, watermark=rng.choice([0.01, 0.05, 0.2]))
     if option == "priority":
@@ -112,4 +121,12 @@ def with_option(case: Case, option: str, async_scheduling: bool = True) -> Case:
     raise ValueError(option)
 
 
-OPTIONS = ("defaults", "no_full_isl", "threshold", "watermark", "priority")
+OPTIONS = (
+    "defaults",
+    "no_full_isl",
+    "threshold",
+    "scheduled_tokens",
+    "active_seqs",
+    "watermark",
+    "priority",
+)

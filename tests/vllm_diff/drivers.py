@@ -101,6 +101,8 @@ def _vllm_scheduler(case: Case) -> Any:
         enable_chunked_prefill=True,
         scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
         long_prefill_token_threshold=case.long_prefill_token_threshold,
+        max_num_scheduled_tokens=case.max_num_scheduled_tokens,
+        max_num_active_seqs=case.max_num_active_seqs,
         async_scheduling=case.async_scheduling,
         policy=case.scheduling_policy,
         watermark=case.watermark,
@@ -220,6 +222,8 @@ def paged_engine(case: Case) -> Engine:
         max_model_len=case.max_model_len,
         scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
         long_prefill_token_threshold=case.long_prefill_token_threshold,
+        max_num_scheduled_tokens=case.max_num_scheduled_tokens,
+        max_num_active_seqs=case.max_num_active_seqs,
         async_scheduling=case.async_scheduling,
         scheduling_policy=SchedulingPolicy(case.scheduling_policy),
     )

@@ -71,6 +71,15 @@ class SchedulerConfig:
         "requests free their blocks one step later (vLLM's default true; false: "
         "--no-async-scheduling).",
     )
+    max_num_scheduled_tokens: int | None = help_field(
+        None,
+        "vllm-v1: most tokens one step schedules; default max_num_batched_tokens (vLLM sets it "
+        "lower only when the model appends tokens, as speculative decoding does).",
+    )
+    max_num_active_seqs: int | None = help_field(
+        None,
+        "vllm-v1: most requests admitted into running; default max_num_seqs, at most it.",
+    )
     scheduling_policy: SchedulingPolicy = help_field(
         SchedulingPolicy.FCFS,
         "vllm-v1: 'fcfs' or 'priority' (lowest request priority first, then arrival; a "
@@ -102,6 +111,16 @@ class SchedulerConfig:
         check_bool("scheduler_reserve_full_isl", self.scheduler_reserve_full_isl)
         check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_bool("async_scheduling", self.async_scheduling)
+        if self.max_num_scheduled_tokens is not None:
+            check_int("max_num_scheduled_tokens", self.max_num_scheduled_tokens, 1)
+        if self.max_num_active_seqs is not None:
+            check_int("max_num_active_seqs", self.max_num_active_seqs, 1)
+            if self.max_num_active_seqs > self.max_num_seqs:
+                raise ConfigError(
+                    "max_num_active_seqs",
+                    self.max_num_active_seqs,
+                    f"must be <= max_num_seqs ({self.max_num_seqs})",
+                )
         object.__setattr__(
             self,
             "scheduling_policy",

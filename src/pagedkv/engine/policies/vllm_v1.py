@@ -1,6 +1,7 @@
 """``vllm-v1``: vLLM 0.33's v1 scheduler at its defaults, on pagedkv's paged memory.
 
-One token budget (``max_num_batched_tokens``, default 2048) per step; prefill is always chunked.
+One token budget per step (``max_num_batched_tokens``, default 2048, or a smaller
+``max_num_scheduled_tokens``); prefill is always chunked.
 
 1. Running requests, in the order they were admitted: each gets min(pending tokens,
    ``long_prefill_token_threshold`` if set and more than one request runs or waits, budget)
@@ -9,7 +10,7 @@ One token budget (``max_num_batched_tokens``, default 2048) per step; prefill is
    to the front of the waiting queue) until the request fits or is the victim itself; then
    the running pass stops.
 2. Only if nobody was preempted: waiting requests, head first, while the budget lasts and fewer
-   than ``max_num_seqs`` run. Prefix caching looks up the whole known sequence (its last token
+   than ``max_num_active_seqs`` (default ``max_num_seqs``) run. Prefix caching looks up the whole known sequence (its last token
    excluded) first, then schedules min(rest, budget) tokens. With
    ``scheduler_reserve_full_isl`` (default) the whole current sequence must fit in the free
    blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM v1's) keeps
@@ -78,7 +79,10 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         self.paged: KVCacheManager = kv
         # vLLM's watermark counts the null block: int(watermark x all blocks)
         self._watermark = int(kv.config.watermark * (kv.config.num_gpu_blocks + 1))
-        self._budget = config.token_budget
+        # vLLM's two budgets both shrink by every scheduled token: the smaller binds
+        scheduled = config.max_num_scheduled_tokens
+        self._budget = min(config.token_budget, scheduled or config.token_budget)
+        self._max_active = config.max_num_active_seqs or config.max_num_seqs
         self._priority = config.scheduling_policy is SchedulingPolicy.PRIORITY
         # async: requests whose last token is in flight, freed after the next schedule
         self._draining: list[Request] = []
@@ -226,7 +230,7 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
     def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
         kv = self.paged
         max_len = self.config.max_model_len
-        while budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs:
+        while budget > 0 and self.waiting and len(self.running) < self._max_active:
             req = self._head()
             ids = req.known_token_ids
             hit: PrefixHit = NO_HIT if ids is None else kv.lookup_prefix(ids)
