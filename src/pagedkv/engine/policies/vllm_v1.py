@@ -10,8 +10,9 @@ One token budget per step (``max_num_batched_tokens``, default 2048, or a smalle
    to the front of the waiting queue) until the request fits or is the victim itself; then
    the running pass stops.
 2. Only if nobody was preempted: waiting requests, head first, while the budget lasts and fewer
-   than ``max_num_active_seqs`` (default ``max_num_seqs``) run. Prefix caching looks up the whole known sequence (its last token
-   excluded) first, then schedules min(rest, budget) tokens. With
+   than ``max_num_active_seqs`` (default ``max_num_seqs``) run. Prefix caching looks up the
+   whole known sequence (its last token excluded) first, then schedules min(rest, budget)
+   tokens. With
    ``scheduler_reserve_full_isl`` (default) the whole current sequence must fit in the free
    blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM v1's) keeps
    ``int(watermark * num_gpu_blocks)`` blocks free, and applies only to these admissions and
