@@ -8,21 +8,21 @@ One token budget per step (``max_num_batched_tokens``, default 2048, or a smalle
    new slots. Without a free block the victim (FCFS: the last admitted running request;
    priority: the highest (priority, arrival)) is preempted by recompute (its blocks freed, back
    to the front of the waiting queue) until the request fits or is the victim itself; then
-   the running pass stops.
+   the running pass stops (priority: it goes on with the next request).
 2. Only if nobody was preempted: waiting requests, head first, while the budget lasts and fewer
    than ``max_num_active_seqs`` (default ``max_num_seqs``) run. Prefix caching looks up the
    whole known sequence (its last token excluded) first, then schedules min(rest, budget)
-   tokens. With
-   ``scheduler_reserve_full_isl`` (default) the whole current sequence must fit in the free
-   blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM v1's) keeps
+   tokens. With ``scheduler_reserve_full_isl`` (default) the whole current sequence must fit
+   in the free blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM v1's) keeps
    ``int(watermark * num_gpu_blocks)`` blocks free, and applies only to these admissions and
    only while some request runs. The first head that does not fit ends admission.
 3. The null block: vLLM keeps block 0 out of the pool, so ``num_gpu_blocks`` N gives N - 1
    usable blocks. vLLM's free queue: of the blocks a request frees, the uncached ones go to
    the head (last block first), the cached ones to the tail (``V1BlockPool``).
-4. ``async_scheduling``: a step is scheduled before the previous step's outputs are known, so
-   a request that sampled its last token holds its blocks and its running slot through the
-   next schedule (it computes nothing there) and is freed after it.
+4. ``async_scheduling`` (vLLM's default): a step is scheduled before the previous step's
+   outputs are known, so a request that sampled its last token holds its blocks and its
+   running slot through the next schedule (it computes nothing there) and is freed after it,
+   and a block that a just-sampled token fills is keyed when that output arrives.
 
 Preemption is always by recompute (vLLM v1 has no swap); groups (n > 1) are rejected: vLLM's
 front end splits them into independent requests.
