@@ -13,9 +13,9 @@ One token budget per step (``max_num_batched_tokens``, default 2048, or a smalle
    than ``max_num_active_seqs`` (default ``max_num_seqs``) run. Prefix caching looks up the
    whole known sequence (its last token excluded) first, then schedules min(rest, budget)
    tokens. With ``scheduler_reserve_full_isl`` (default) the whole current sequence must fit
-   in the free blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM v1's) keeps
-   ``int(watermark * num_gpu_blocks)`` blocks free, and applies only to these admissions and
-   only while some request runs. The first head that does not fit ends admission.
+   in the free blocks; the chunk itself must fit in any case. The watermark (default 0: vLLM
+   v1's) keeps ``int(watermark * num_gpu_blocks)`` blocks free, and applies only to these
+   admissions and only while some request runs. The first head that does not fit ends admission.
 3. The null block: vLLM keeps block 0 out of the pool, so ``num_gpu_blocks`` N gives N - 1
    usable blocks. vLLM's free queue: of the blocks a request frees, the uncached ones go to
    the head (last block first), the cached ones to the tail (``V1BlockPool``).
