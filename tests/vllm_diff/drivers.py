@@ -42,10 +42,14 @@ class Step:
 
 
 # ----- vLLM ---------------------------------------------------------------------------------
+_MODEL_DIR = tempfile.TemporaryDirectory(prefix="vllm-diff-model-")
+
+
 @cache
 def _model_dir() -> str:
-    """A tiny Llama config.json (no weights, no tokenizer: the scheduler needs neither)."""
-    path = Path(tempfile.mkdtemp(prefix="vllm-diff-model-"))
+    """A tiny Llama config.json (no weights, no tokenizer: the scheduler needs neither), in a
+    directory removed when the process ends."""
+    path = Path(_MODEL_DIR.name)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
