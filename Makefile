@@ -8,7 +8,14 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (pyproject.toml's torch extra accepts torch>=2.4). The tests and mypy need it.
 TORCH  := torch==2.13.0
 
-.PHONY: run test bench lint clean
+# The differential test against vLLM's own v1 scheduler runs in an environment of its own:
+# vLLM without its GPU dependencies (--no-deps), beside the CPU torch.
+VLLM_VENV := .venv-vllm
+VLLM_BIN  := $(VLLM_VENV)/bin
+VLLM_PIP  := $(VLLM_BIN)/python -m pip --disable-pip-version-check -q
+VLLM      := vllm==0.33.0 xgrammar==0.2.8
+
+.PHONY: run test test-vllm bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +45,17 @@ run: $(VENV)/.base
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -n 2 -q
 
+$(VLLM_VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install $(TORCH)
+	$(VLLM_PIP) install -e '.[vllm-diff]'
+	$(VLLM_PIP) install --no-deps $(VLLM)
+	@touch $@
+
+## make test-vllm: pagedkv's vllm-v1 policy against vLLM 0.33's own scheduler, step by step
+test-vllm: $(VLLM_VENV)/.stamp
+	HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 $(VLLM_BIN)/python -m pytest -n 2 -q -p no:cacheprovider tests/vllm_diff
+
 ## make bench: micro-benchmarks of the memory manager against a list-based floor
 bench: $(VENV)/.base $(VENV)/.test
 	$(BIN)/python benchmarks/bench_memory.py
@@ -54,4 +72,4 @@ lint: $(VENV)/.test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

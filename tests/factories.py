@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, UnitCost
@@ -97,6 +98,7 @@ def make_engine(
     prefix_caching: bool = False,
 ) -> Engine:
     """An engine over a simulated executor, with integrity checked after every iteration."""
+    seqs: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
     sched_cfg = SchedulerConfig(
         scheduler=scheduler,
         max_model_len=max_model_len,
@@ -104,7 +106,7 @@ def make_engine(
         group_preemption_mode=PreemptionMode(group_preemption_mode),
         enable_chunked_prefill=chunked,
         max_num_batched_tokens=max_num_batched_tokens,
-        **({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}),
+        **seqs,
     )
     cache = CacheConfig(
         num_gpu_blocks=num_gpu_blocks,

@@ -100,8 +100,13 @@ class HardwareConfig:
         4.0, "CPU swap space per GPU in GiB (vLLM's default 4).", 0.0, 1024.0
     )
     block_size: int = int_field(16, "Token slots per KV block.", 1, MAX_BLOCK_SIZE)
-    watermark: float = float_field(
-        0.01, "Fraction of GPU blocks admission keeps free.", 0.0, 1.0, hi_open=True
+    watermark: float | None = float_field(
+        None,
+        "Fraction of GPU blocks admission keeps free; default 0.01 (vLLM v0's), 0 for the "
+        "vllm-v1 policy (vLLM v1's).",
+        0.0,
+        1.0,
+        hi_open=True,
     )
     enable_prefix_caching: bool = help_field(False, "Reuse cached full blocks of equal prefixes.")
     enable_pinned_prefixes: bool = help_field(
@@ -134,7 +139,8 @@ class HardwareConfig:
         if self.num_gpu_blocks is not None:
             check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
         check_int("block_size", self.block_size, 1)
-        check_fraction("watermark", self.watermark)
+        if self.watermark is not None:
+            check_fraction("watermark", self.watermark)
         check_bool("enable_prefix_caching", self.enable_prefix_caching)
         check_bool("enable_pinned_prefixes", self.enable_pinned_prefixes)
         if self.enable_pinned_prefixes and self.enable_prefix_caching:
@@ -197,6 +203,10 @@ class SimulationConfig:
     trace_steps: bool = False
 
     def __post_init__(self) -> None:
+        if self.hardware.watermark is None:  # the policy's default
+            default = SCHEDULERS[self.scheduler.scheduler].default_watermark
+            hardware = dataclasses.replace(self.hardware, watermark=default)
+            object.__setattr__(self, "hardware", hardware)
         if self.hardware.enable_pinned_prefixes:
             check_policy(self.scheduler.scheduler)  # contiguous memory cannot share blocks
 
@@ -315,7 +325,11 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
         num_gpu_blocks=num_blocks,
         block_size=hw.block_size,
         num_cpu_blocks=cpu_blocks,
-        watermark=hw.watermark,
+        watermark=(
+            hw.watermark
+            if hw.watermark is not None
+            else SCHEDULERS[sched.scheduler].default_watermark
+        ),
         enable_prefix_caching=hw.enable_prefix_caching,
         enable_pinned_prefixes=hw.enable_pinned_prefixes,
         eviction_policy=hw.eviction_policy,

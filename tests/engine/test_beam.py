@@ -202,11 +202,15 @@ def test_fast_forward_equals_reference_on_beam_workloads(
         beams(i, p, o, k, 0.02 * i) if k > 1 else RequestSpec(i, p, o, 0.02 * i)
         for i, (p, o, k) in enumerate(sizes)
     ]
-    need = max(k * (p + o) for p, o, k in sizes)
+    # The most blocks a group may hold: its prompt's full blocks shared, every beam's others
+    # its own (the scheduler rejects a group that may need more than the pool).
+    need = max(
+        p // block_size + k * (-(-(p + o) // block_size) - p // block_size) for p, o, k in sizes
+    )
     kw = {
         "scheduler": "vllm",
         "block_size": block_size,
-        "num_gpu_blocks": (need + num_blocks_tokens) // block_size + 2,
+        "num_gpu_blocks": need + num_blocks_tokens // block_size + 2,
         "num_cpu_blocks": 400 if cpu else 0,
         "preemption_mode": mode,
         "chunked": chunked,

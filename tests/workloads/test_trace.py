@@ -250,3 +250,33 @@ def test_a_trace_with_more_lines_than_the_cap_allows_is_refused_at_the_line(
     with pytest.raises(ConfigError, match="must be at most 100 bytes") as info:
         read_trace(path)
     assert info.value.field == "trace_path"
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_the_priority_column_is_the_requests_priority(tmp_path: Path, suffix: str) -> None:
+    """vllm-v1's priority scheduling reads it; it survives a round trip (kept in extra)."""
+    path = tmp_path / f"t{suffix}"
+    rows = [(0.0, 5, 2, -1), (1.0, 6, 3, 2), (2.0, 7, 4, 0)]
+    if suffix == ".csv":
+        body = "".join(f"{t},{p},{o},{q}\n" for t, p, o, q in rows)
+        path.write_text("arrival_time,prompt_len,output_len,priority\n" + body)
+    else:
+        path.write_text(
+            "".join(
+                json.dumps({"arrival_time": t, "prompt_len": p, "output_len": o, "priority": q})
+                + "\n"
+                for t, p, o, q in rows
+            )
+        )
+    specs = read_trace(path)
+    assert [s.priority for s in specs] == [-1, 2, 0]
+    again = tmp_path / f"again{suffix}"
+    write_trace(again, specs)
+    assert read_trace(again) == specs
+
+
+def test_a_bad_priority_names_the_line_and_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time,prompt_len,output_len,priority\n0,5,2,high\n")
+    with pytest.raises(TraceError, match=r"t\.csv:2: priority: got 'high'"):
+        read_trace(path)

@@ -20,6 +20,15 @@ MAX_NUM_SEQS = 1 << 20
 MAX_BATCHED_TOKENS = 1 << 30
 
 
+class SchedulingPolicy(enum.Enum):
+    """The vllm-v1 policy's queue order (vLLM's ``--scheduling-policy``)."""
+
+    FCFS = "fcfs"
+    """First come, first served; the victim is the last admitted running request."""
+    PRIORITY = "priority"
+    """Lowest (priority, arrival time) first; the victim is the highest (priority, arrival)."""
+
+
 class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"
     """Free the victim's blocks; its prompt and outputs so far are prefilled again later."""
@@ -33,7 +42,7 @@ class SchedulerConfig:
 
     scheduler: str = help_field(
         "vllm",
-        "Scheduling policy: vllm, reserve, orca-max, orca-pow2, orca-oracle, "
+        "Scheduling policy: vllm, vllm-v1, reserve, orca-max, orca-pow2, orca-oracle, "
         "contiguous-slots, static, greedy-nopreempt.",
     )
     max_num_seqs: int = int_field(
@@ -62,6 +71,43 @@ class SchedulerConfig:
         False,
         "One token budget per iteration shared by decodes first, then prefill chunks (vLLM v1).",
     )
+    # vLLM 0.33's v1 scheduler options (the vllm-v1 policy only; the other policies ignore them)
+    scheduler_reserve_full_isl: bool = help_field(
+        True,
+        "vllm-v1: admit a waiting request only if its whole current sequence fits in the free "
+        "blocks, not just its first chunk (vLLM's default true).",
+    )
+    long_prefill_token_threshold: int = int_field(
+        0,
+        "vllm-v1: most tokens one prefill chunk computes while more than one request is running "
+        "or waiting; 0 means no limit (vLLM's default).",
+        0,
+        MAX_BATCHED_TOKENS,
+    )
+    async_scheduling: bool = help_field(
+        True,
+        "vllm-v1: schedule each step before the previous step's outputs are known, so finished "
+        "requests free their blocks one step later (vLLM's default true; false: "
+        "--no-async-scheduling).",
+    )
+    max_num_scheduled_tokens: int | None = int_field(
+        None,
+        "vllm-v1: most tokens one step schedules; default max_num_batched_tokens (vLLM sets it "
+        "lower only when the model appends tokens, as speculative decoding does).",
+        1,
+        MAX_BATCHED_TOKENS,
+    )
+    max_num_active_seqs: int | None = int_field(
+        None,
+        "vllm-v1: most requests admitted into running; default max_num_seqs, at most it.",
+        1,
+        MAX_NUM_SEQS,
+    )
+    scheduling_policy: SchedulingPolicy = help_field(
+        SchedulingPolicy.FCFS,
+        "vllm-v1: 'fcfs' or 'priority' (lowest request priority first, then arrival; a "
+        "request's priority is a trace's priority column, default 0).",
+    )
 
     def __post_init__(self) -> None:
         from pagedkv.engine.policies import SCHEDULERS  # the registry validates the name
@@ -86,15 +132,36 @@ class SchedulerConfig:
             check_choice("group_preemption_mode", self.group_preemption_mode, PreemptionMode),
         )
         check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        check_bool("scheduler_reserve_full_isl", self.scheduler_reserve_full_isl)
+        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_bool("async_scheduling", self.async_scheduling)
+        if self.max_num_scheduled_tokens is not None:
+            check_int("max_num_scheduled_tokens", self.max_num_scheduled_tokens, 1)
+        if self.max_num_active_seqs is not None:
+            check_int("max_num_active_seqs", self.max_num_active_seqs, 1)
+            if self.max_num_active_seqs > self.max_num_seqs:
+                raise ConfigError(
+                    "max_num_active_seqs",
+                    self.max_num_active_seqs,
+                    f"must be <= max_num_seqs ({self.max_num_seqs})",
+                )
+        object.__setattr__(
+            self,
+            "scheduling_policy",
+            check_choice("scheduling_policy", self.scheduling_policy, SchedulingPolicy),
+        )
+        # vllm-v1 always chunks, as vLLM's v1 scheduler does (kept once: token_budget is hot)
+        chunked = self.enable_chunked_prefill or SCHEDULERS[self.scheduler].always_chunked
+        object.__setattr__(self, "_chunked", chunked)
         budget = self.token_budget
-        if not self.enable_chunked_prefill and budget < self.max_model_len:
+        if not self.chunked and budget < self.max_model_len:
             raise ConfigError(
                 "max_num_batched_tokens",
                 budget,
                 f"must be >= max_model_len ({self.max_model_len}) without chunked prefill, "
                 "or a long prompt could never be scheduled",
             )
-        if budget < self.max_num_seqs and self.enable_chunked_prefill:
+        if budget < self.max_num_seqs and self.chunked:
             raise ConfigError(
                 "max_num_batched_tokens",
                 budget,
@@ -106,4 +173,11 @@ class SchedulerConfig:
         """max_num_batched_tokens, or its default."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
-        return 2048 if self.enable_chunked_prefill else max(self.max_model_len, 2048)
+        return 2048 if self.__dict__["_chunked"] else max(self.max_model_len, 2048)
+
+    @property
+    def chunked(self) -> bool:
+        """Is prefill chunked: enable_chunked_prefill, or a policy that always chunks (vllm-v1,
+        as vLLM's v1 scheduler does)?"""
+        chunked: bool = self.__dict__["_chunked"]
+        return chunked

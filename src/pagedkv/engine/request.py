@@ -65,6 +65,7 @@ class Request:
     # Beam search (``pagedkv.engine.beam``): the group's n = beam width sequences are beams
     # that pick their parents after every token. None: independent samples (or one sequence).
     beam: BeamState | None = None
+    priority: int = 0  # the vllm-v1 policy's priority scheduling: lower runs first
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:
@@ -83,6 +84,7 @@ class Request:
                 if spec.beam_width > 1
                 else None
             ),
+            priority=spec.priority,
         )
 
     def __post_init__(self) -> None:

@@ -114,10 +114,13 @@ class BlockTable:
             return
         self.token_ids.extend(token_ids)
 
-    def new_block_keys(self) -> list[tuple[int, BlockHash]]:
-        """Keys for blocks that became full with known tokens since the last call."""
+    def new_block_keys(self, limit: int | None = None) -> list[tuple[int, BlockHash]]:
+        """Keys for blocks that became full with known tokens since the last call (within the
+        first ``limit`` tokens if given)."""
         bs = self.block_size
         known = min(self.num_tokens, len(self.token_ids))
+        if limit is not None:
+            known = min(known, limit)
         out: list[tuple[int, BlockHash]] = []
         for j in range(len(self.block_hashes), known // bs):
             parent = self.block_hashes[j - 1] if j else None

@@ -36,6 +36,7 @@ import heapq
 from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
 from pagedkv.memory.config import CacheConfig, EvictionPolicy
+from pagedkv.memory.prefix_hash import BlockHash
 
 _COMPACT_SLACK = 64
 """Stale heap entries tolerated beyond the live ones before a rebuild (amortizes it)."""
@@ -135,6 +136,93 @@ class LFUBlockPool(BlockPool):
         """Drop the stale entries: rebuild the heap from the live ones (O(n), amortized)."""
         self._heap = [(self.uses[b], s, b) for b, s in self._stamp.items()]
         heapq.heapify(self._heap)
+
+
+class V1BlockPool(BlockPool):
+    """vLLM 0.33's block pool, where it differs from ``BlockPool``:
+
+    * the free queue (its ``free_blocks``): of the blocks one release frees, the uncached ones
+      go to the head in the order given (the first is handed out next), the cached ones to the
+      tail in the order given; ``BlockPool`` puts each uncached block at the head in turn,
+      which reverses them when one release frees several;
+    * a key may be cached on several blocks (two requests computed the same block): a lookup
+      finds the earliest cached one still there, and evicting it leaves the next; in
+      ``BlockPool`` the first block keeps the key and a second copy is not cached at all.
+    """
+
+    def __init__(self, num_blocks: int, *, enable_caching: bool = False) -> None:
+        super().__init__(num_blocks, enable_caching=enable_caching)
+        self._copies: dict[BlockHash, list[int]] = {}  # later blocks of a cached key, in order
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise PagedKVError("block pool exhausted: check num_free before allocating")
+        block, _ = self._free.popitem(last=False)
+        key = self.block_hash[block]
+        if key is not None:
+            self._evict(block, key)
+        self.ref_counts[block] = 1
+        self.num_refs += 1
+        return block
+
+    def _evict(self, block: int, key: BlockHash) -> None:
+        copies = self._copies.get(key)
+        if self._cache[key] == block:
+            if copies:
+                self._cache[key] = copies.pop(0)
+            else:
+                del self._cache[key]
+        else:
+            assert copies is not None
+            copies.remove(block)
+        if copies is not None and not copies:
+            del self._copies[key]
+        self.block_hash[block] = None
+        self._num_cached_free -= 1
+        self.num_evictions += 1
+
+    def release(self, blocks: list[int]) -> list[int]:
+        freed = [b for b in blocks if self._drop_ref(b)]
+        free, keys = self._free, self.block_hash
+        for b in reversed(freed):
+            if keys[b] is None:
+                free[b] = None
+                free.move_to_end(b, last=False)
+        for b in freed:
+            if keys[b] is not None:
+                free[b] = None
+                self._num_cached_free += 1
+        return freed
+
+    def cache_block(self, block: int, key: BlockHash) -> bool:
+        if key in self._cache and self.enable_caching and self.block_hash[block] is None:
+            self._copies.setdefault(key, []).append(block)
+            self.block_hash[block] = key
+            return True
+        return super().cache_block(block, key)
+
+    def check_integrity(self, expected_refs: list[int]) -> None:
+        """The base books, with a key's later copies counted as cached blocks too."""
+        for key, blocks in self._copies.items():
+            if (
+                key not in self._cache
+                or not blocks
+                or any(self.block_hash[b] != key for b in blocks)
+            ):
+                raise IntegrityError(f"copies {blocks} of a key disagree with the cache map")
+        copies = [b for blocks in self._copies.values() for b in blocks]
+        # The base counts keyed blocks against the cache map: it is shown the primaries only.
+        keys = [self.block_hash[b] for b in copies]
+        hidden_free = sum(1 for b in copies if self.ref_counts[b] == 0)
+        for b in copies:
+            self.block_hash[b] = None
+        self._num_cached_free -= hidden_free
+        try:
+            super().check_integrity(expected_refs)
+        finally:
+            for b, k in zip(copies, keys, strict=True):
+                self.block_hash[b] = k
+            self._num_cached_free += hidden_free
 
 
 def gpu_pool(config: CacheConfig) -> BlockPool:

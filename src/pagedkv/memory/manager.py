@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
-from pagedkv.memory.block_pool import UncachedBlockPool
+from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
@@ -81,10 +81,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``.
     """
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, gpu: BlockPool | None = None) -> None:
         self.config = config
         self.block_size = config.block_size
-        self.gpu = gpu_pool(config)  # the eviction policy's pool (plain LRU by default)
+        # the eviction policy's pool (plain LRU by default), or one a policy brings
+        self.gpu = gpu_pool(config) if gpu is None else gpu
         self.cpu = UncachedBlockPool(config.num_cpu_blocks)
         self._tables: dict[SeqId, BlockTable] = {}  # sequences whose blocks are on the GPU
         self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
@@ -358,12 +359,19 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     # ----- growth and sharing -----------------------------------------------------------------
     def append_slots(
-        self, seq_id: SeqId, num_tokens: int = 1, *, token_ids: Sequence[int] | None = None
+        self,
+        seq_id: SeqId,
+        num_tokens: int = 1,
+        *,
+        token_ids: Sequence[int] | None = None,
+        cache_limit: int | None = None,
     ) -> list[BlockCopy] | None:
         """Slots for ``num_tokens`` more tokens of ``seq_id``.
 
         Returns the copy-on-write copies to perform before writing (empty when none), or
-        ``None``, changing nothing, when the free blocks do not suffice.
+        ``None``, changing nothing, when the free blocks do not suffice. ``cache_limit``: key
+        only blocks within the first that many tokens now (a scheduler that does not know the
+        newest token yet, as vLLM's async one); a later call keys the rest.
         """
         table = self._gpu_table(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
@@ -384,7 +392,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             if table.tokens_known:
                 table.note_token_ids(num_tokens, token_ids)
                 if fill + num_tokens == self.block_size:
-                    self._register_keys(table)
+                    self._register_keys(table, cache_limit)
             return []
         cow = table.needs_cow(self.gpu, num_tokens)
         if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
@@ -392,7 +400,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._tails.untrack(seq_id, table)
         old = table.num_tokens
         if self.config.enable_prefix_caching and table.tokens_known:
-            copies = self._append_keyed(table, num_tokens, token_ids)
+            copies = self._append_keyed(table, num_tokens, token_ids, cache_limit)
         else:
             copies = table.append_slots(self.gpu, num_tokens)
             table.note_token_ids(num_tokens, token_ids)
@@ -400,12 +408,16 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         copied = old % self.block_size if copies else 0
         self._token_slots += num_tokens + copied
         self._cow_copies += len(copies)
-        self._register_keys(table)
+        self._register_keys(table, cache_limit)
         self._tails.track(seq_id, table)
         return copies
 
     def _append_keyed(
-        self, table: BlockTable, num_tokens: int, token_ids: Sequence[int] | None
+        self,
+        table: BlockTable,
+        num_tokens: int,
+        token_ids: Sequence[int] | None,
+        cache_limit: int | None,
     ) -> list[BlockCopy]:
         """``append_slots`` of many tokens with prefix caching on, a block at a time: each
         full block is keyed before the next one is taken, as one token at a time would key
@@ -419,9 +431,15 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             copies += table.append_slots(self.gpu, piece)
             ids = None if token_ids is None else token_ids[done : done + piece]
             table.note_token_ids(piece, ids)
-            self._register_keys(table)
+            self._register_keys(table, cache_limit)
             done += piece
         return copies
+
+    def cache_known_blocks(self, seq_id: SeqId, num_tokens: int) -> None:
+        """Key the full blocks of ``seq_id`` within its first ``num_tokens`` tokens that are
+        not keyed yet (with prefix caching on): for a scheduler that learns a step's tokens
+        only after the next step is scheduled, as vLLM's async one, and keys them then."""
+        self._register_keys(self._gpu_table(seq_id), num_tokens)
 
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
         """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
@@ -680,6 +698,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             return PrefixHit(pinned.blocks, pinned.num_tokens)
         return self.lookup_prefix(token_ids[:num_tokens], cache_salt=cache_salt)
 
+    def free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
+        """Free blocks that allocating ``num_tokens`` tokens after ``hit`` would take (a hit
+        block that is free still leaves the free queue); the policy's own admission test."""
+        return self._free_blocks_taken(num_tokens, hit)
+
     def _free_blocks_taken(self, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue entries an allocation consumes: every block but hits already in use."""
         if not hit.blocks:
@@ -688,10 +711,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         cow = int(hit.num_computed_tokens % self.block_size != 0)  # a pinned partial block
         return self.blocks_for(num_tokens) - shared + cow
 
-    def _register_keys(self, table: BlockTable) -> None:
-        """Key the blocks that became full with known tokens (only with prefix caching on)."""
+    def _register_keys(self, table: BlockTable, limit: int | None = None) -> None:
+        """Key the blocks that became full with known tokens (only with prefix caching on),
+        within the first ``limit`` tokens if given."""
         if self.config.enable_prefix_caching and table.tokens_known:
-            for j, key in table.new_block_keys():
+            for j, key in table.new_block_keys(limit):
                 self.gpu.cache_block(table.blocks[j], key)
 
     def _release_gpu(self, table: BlockTable) -> None:

@@ -109,7 +109,9 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
     )
     order = sorted(range(len(base)), key=times.__getitem__)  # sorted() is stable
     requests = [
-        RequestSpec(new_id, prompts[i], outputs[i], times[i], base[i].extra)
+        RequestSpec(
+            new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority
+        )
         for new_id, i in enumerate(order)
     ]
     if config.kind is WorkloadKind.TRACE:

@@ -46,6 +46,9 @@ class RequestSpec:
     ``n``."""
     beam_seed: int = 0
     """The run's seed for the simulated beam choices (with the request id: one stream each)."""
+    priority: int = 0
+    """The vllm-v1 policy's ``scheduling_policy=priority``: lower runs first (vLLM's rule); a
+    trace's ``priority`` column. Other policies ignore it."""
 
     def __post_init__(self) -> None:
         # One cheap test for the usual spec (a workload makes 10^5 of them, twice): plain
@@ -69,6 +72,7 @@ class RequestSpec:
             and self.beam_width == 1
             and type(self.beam_seed) is int
             and self.beam_seed == 0
+            and type(self.priority) is int
             and type(self.think_time) is float
             and self.think_time == 0.0
         ):
@@ -82,6 +86,7 @@ class RequestSpec:
         check_int("n", self.n, 1)
         check_int("beam_width", self.beam_width, 1)
         check_int("beam_seed", self.beam_seed, 0)
+        check_int("priority", self.priority)
         if self.n > 1 and self.beam_width > 1:
             raise ConfigError(
                 "beam_width",

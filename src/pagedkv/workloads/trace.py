@@ -7,6 +7,8 @@ one row per request), the format chosen by the file's suffix, ``.jsonl`` or ``.c
   ``output_len`` (integers >= 1; in JSONL a JSON integer, ``12.0`` is refused).
 * ``request_id`` (integer >= 0, distinct) is optional; a line without one gets its position
   among the data lines (0, 1, ...).
+* ``priority`` (an integer, optional) is the request's ``RequestSpec.priority`` (the vllm-v1
+  policy's ``--scheduling-policy priority``: lower first); it is kept in ``extra`` as well.
 * Any other column is kept, in file order, in ``RequestSpec.extra`` as text and written back:
   CSV cells verbatim; JSONL strings verbatim and other JSON values as their compact JSON text
   (they come back as strings). CSV cannot tell an empty cell from a missing value: empty cells
@@ -53,6 +55,7 @@ REQUIRED_COLUMNS = ("arrival_time", "prompt_len", "output_len")
 MAX_REQUEST_ID = 2**63 - 1
 FORMATS = (".jsonl", ".csv")
 _DIGITS = re.compile(r"[0-9]+")
+_SIGNED = re.compile(r"-?[0-9]+")
 _Raw = object  # a cell: str from CSV, any JSON value from JSONL
 
 
@@ -259,10 +262,24 @@ def _to_spec(
     request_id = integer("request_id", 0, MAX_REQUEST_ID) if "request_id" in row else index
     prompt_len = integer("prompt_len", 1, MAX_TOKENS)
     output_len = integer("output_len", 1, MAX_TOKENS)
+    priority = _priority(path, line, row.get("priority", 0))
     try:
-        return RequestSpec(request_id, prompt_len, output_len, float(time), extra)
+        return RequestSpec(
+            request_id, prompt_len, output_len, float(time), extra, priority=priority
+        )
     except ConfigError as e:  # what RequestSpec checks beyond the above (an empty extra name)
         raise TraceError(path, line, e.field, e.value, e.allowed) from None
+
+
+def _priority(path: Path, line: int, raw: object) -> int:
+    """The optional ``priority`` column (kept in ``extra`` too, so it is written back, as
+    text): an integer, lower first under ``--scheduling-policy priority`` (vllm-v1)."""
+    value = raw
+    if isinstance(raw, str) and _SIGNED.fullmatch(raw.strip()):
+        value = int(raw)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(path, line, "priority", raw, "must be an integer (lower runs first)")
+    return value
 
 
 class _Turn(NamedTuple):

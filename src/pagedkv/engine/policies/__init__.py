@@ -32,6 +32,7 @@ from pagedkv.engine.policies.greedy import GreedyNoPreemptScheduler
 from pagedkv.engine.policies.reserve import ReserveScheduler
 from pagedkv.engine.policies.static import StaticScheduler
 from pagedkv.engine.policies.vllm import VllmScheduler
+from pagedkv.engine.policies.vllm_v1 import VllmV1Scheduler
 from pagedkv.engine.scheduler import Scheduler
 from pagedkv.errors import ConfigError
 
@@ -39,6 +40,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     cls.name: cls
     for cls in (
         VllmScheduler,
+        VllmV1Scheduler,
         ReserveScheduler,
         OrcaMax,
         OrcaPow2,
