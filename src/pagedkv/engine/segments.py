@@ -1,0 +1,104 @@
+"""SegmentCurve: step times that are piecewise linear in the step index, summed in closed form.
+
+A profiled cost is a sum of piecewise-linear functions of the batch's counts. Over a window of
+decode rounds every count grows linearly in the round j, so each function stays on one line
+until its argument crosses a measured point: the step time is ``a_s + b_s j`` on segment s,
+``j`` in ``[start_s, start_{s+1})``. The sums over j < k are one arithmetic series per segment;
+the prefix sums at the segment starts are kept, so ``sums`` costs one bisection and one series.
+
+It answers what the fast-forward asks of ``WindowCurve`` (``head``, ``split``, ``sums``,
+``totals``, ``reach``, ``steps_to_reach``): ``head`` is the first segment's line and ``split`` the
+start of the second (None: one line), so callers that sum the head line alone up to ``split``
+stay exact.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from pagedkv.engine.windows import _solve, check_duration, linear_window
+from pagedkv.errors import ConfigError
+
+
+class SegmentCurve:
+    """d_j = a_s + b_s j on segment s (j >= 0); segments start at 0 and increase."""
+
+    __slots__ = ("head", "lines", "moments_at", "split", "starts", "totals_at")
+    head: tuple[float, float]
+    split: int | None
+
+    def __init__(self, starts: list[int], lines: list[tuple[float, float]]) -> None:
+        if not starts or starts[0] != 0 or len(starts) != len(lines):
+            raise ConfigError("starts", starts, "must start at 0, one line per segment")
+        self.starts = starts
+        self.lines = lines
+        self.head = lines[0]
+        self.split = starts[1] if len(starts) > 1 else None
+        totals, moments = [0.0], [0.0]  # sums of d_j and of j d_j for j < starts[s]
+        for s in range(1, len(starts)):
+            if starts[s] <= starts[s - 1]:
+                raise ConfigError("starts", starts, "must increase")
+            a, b = lines[s - 1]
+            t, m = linear_window(a, b, starts[s - 1], starts[s])
+            totals.append(totals[-1] + t)
+            moments.append(moments[-1] + m)
+        self.totals_at, self.moments_at = totals, moments
+
+    def sums(self, k: int) -> tuple[float, float]:
+        """(sum of d_j, sum of j * d_j) over j in [0, k)."""
+        if k <= 0:
+            return 0.0, 0.0
+        split = self.split
+        if split is None or k <= split:
+            a, b = self.head
+            s1 = k * (k - 1) // 2
+            s2 = (k - 1) * k * (2 * k - 1) // 6
+            return k * a + b * s1, a * s1 + b * s2
+        s = bisect_left(self.starts, k) - 1  # the segment of j = k - 1
+        a, b = self.lines[s]
+        t, m = linear_window(a, b, self.starts[s], k)
+        return self.totals_at[s] + t, self.moments_at[s] + m
+
+    def total(self, k: int) -> float:
+        """sum of d_j over j in [0, k): the prefix sum at its segment's start plus one series."""
+        if k <= 0:
+            return 0.0
+        s = bisect_left(self.starts, k) - 1
+        a, b = self.lines[s]
+        return self.totals_at[s] + linear_window(a, b, self.starts[s], k)[0]
+
+    def totals(self, ks: list[int]) -> list[float]:
+        """``total(k)`` for each k of ``ks``."""
+        return [self.total(k) for k in ks]
+
+    def steps_to_reach(self, duration: float) -> int:
+        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
+        return self.reach(duration)[0]
+
+    def reach(self, duration: float) -> tuple[int, tuple[float, float]]:
+        """``steps_to_reach(duration)`` and its ``sums``."""
+        if check_duration(duration) <= 0:
+            return 0, (0.0, 0.0)
+        s = bisect_right(self.totals_at, duration) - 1  # last segment starting below duration
+        while s > 0 and self.totals_at[s] >= duration:
+            s -= 1
+        start = self.starts[s]
+        a, b = self.lines[s]
+        k = start + _solve(a + b * start, b, duration - self.totals_at[s])
+        while k > 0 and self.total(k - 1) >= duration:
+            k -= 1
+        while self.total(k) < duration:
+            k += 1
+        return k, self.sums(k)
+
+
+def segment_starts(x0: int, dx: int, points: tuple[int, ...], first: int) -> list[tuple[int, int]]:
+    """Where an argument ``x0 + dx j`` (dx >= 0) moves onto the next lines of a curve whose
+    measured points are ``points``, starting on line ``first``: [(j, line index), ...] for the
+    lines after ``first`` (none when dx = 0). Line i holds from ``points[i]`` on."""
+    if dx == 0:
+        return []
+    out = []
+    for i in range(first + 1, len(points) - 1):
+        out.append((-((x0 - points[i]) // dx), i))  # ceil((points[i] - x0) / dx)
+    return out
