@@ -1,5 +1,5 @@
 """Subcommands of ``pagedkv`` for this package (see ``pagedkv.cli.COMMAND_MODULES``):
-``generate``. torch is imported only when the command runs."""
+``generate``, ``profile``, ``fidelity``. torch is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -77,3 +77,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             gen.add_argument(flag, dest=name, type=kind, default=None, help=text)
     gen.add_argument("--json", metavar="PATH", help="Write the outputs (no timing) as JSON.")
     gen.set_defaults(func=_cmd_generate)
+    from pagedkv.tensors.profile_commands import register_profiling
+
+    register_profiling(sub)

@@ -227,6 +227,7 @@ def build_real_engine(
     watermark: float = 0.01,
     check_integrity: bool = False,
     cache_factory: Callable[..., PagedKVCache] = PagedKVCache,
+    enable_prefix_caching: bool = False,
 ) -> Engine:
     """The simulator's Engine and Scheduler, driving ``model`` on a real paged cache.
 
@@ -240,6 +241,7 @@ def build_real_engine(
         block_size=block_size,
         num_cpu_blocks=num_cpu_blocks,
         watermark=watermark,
+        enable_prefix_caching=enable_prefix_caching,
     )
     policy = SCHEDULERS[sched.scheduler]
     kv = policy.make_allocator(cache_cfg, sched)

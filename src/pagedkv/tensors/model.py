@@ -221,24 +221,32 @@ class Decoder:
             x = x + w["pos_embed"][inp.positions]
             rope = None
         else:
-            freqs = inp.positions.float()[:, None] * self.inv_freq[None, :]
-            emb = torch.cat((freqs, freqs), dim=-1)  # [T, head_dim], HF's rotate_half layout
-            rope = (emb.cos().to(self.dtype), emb.sin().to(self.dtype))
+            rope = self.rope(inp.positions)
         for i, layer in enumerate(self.layers):
             if c.arch == "gpt2":
                 x = self._gpt2_layer(i, layer, x, inp, cache)
             else:
                 assert rope is not None
                 x = self._llama_layer(i, layer, x, inp, cache, rope)
-        x = x[inp.logits_indices]
+        return self.logits(x[inp.logits_indices])
+
+    __call__ = forward
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) ``[T, head_dim]`` of each position (llama), HF's rotate_half layout."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and the lm head on rows ``x`` ``[N, hidden]``: ``[N, vocab_size]``."""
+        c, w = self.config, self.weights
         if c.arch == "gpt2":
             x = F.layer_norm(x, (c.hidden_size,), w["norm_w"], w["norm_b"], c.norm_eps)
         else:
             x = self._rms_norm(x, w["norm_w"])
         logits = x @ w["lm_head"].T
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
-
-    __call__ = forward
 
     def _attend(
         self,

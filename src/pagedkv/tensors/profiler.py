@@ -1,0 +1,376 @@
+"""``pagedkv profile``: measure a model's operators on this device and write a ``Profile``.
+
+One layer at the model's real shapes (layers are identical), random weights, in the run's
+dtype, on ``cpu`` or ``cuda`` (``torch.cuda.synchronize`` around every timing there):
+
+1. ``linear``: the layer without attention (``_NoAttention``: the K/V write kept) against the
+   batched tokens; ``embedding``: a whole one-layer forward without attention, less the layer;
+   ``lm_head``: ``Decoder.logits`` against the rows;
+2. ``decode_attention`` at each block size: ``paged_attention`` (the paged kernel) on decode
+   batches over blocks scattered in the pool, at 8 sequences against their total context (the
+   curve) and at 2 and ``max_seqs`` (the per-sequence term, a least-squares fit);
+3. ``prefill_attention``: single prefills (query x cached context) and prefills mixed with
+   decodes, a nonnegative least-squares fit of per call, sequence, pair and K/V token;
+4. ``swap`` at each block size: ``PagedKVCache.swap_out`` of 1..64 blocks of one layer;
+5. ``rates``: a matmul at the MLP's shape, a streaming read and a copy (for a roofline of this
+   machine);
+6. ``per_iteration_s`` / ``per_sequence_s`` / ``per_token_s``: two short runs of the real executor
+   on the one-layer model (its own workloads, seeded), the part of each step the operators above
+   do not explain, fitted (nonnegative) to 1, sequences and tokens; the roofline's per-step
+   overhead is the mean of measured - roofline on the same steps.
+
+Every point is timed until ``budget_s / points`` seconds are spent (at least 3 runs, the
+median). On a CPU with one thread the clock is this thread's CPU time (other processes on a
+shared machine do not count); otherwise wall time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+
+import pagedkv
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.profile import SHAPE_FIELDS, Profile
+from pagedkv.engine.profiled_cost import ProfiledCost
+from pagedkv.errors import ConfigError
+from pagedkv.memory.interface import SwapMapping
+from pagedkv.tensors.attention import paged_attention
+from pagedkv.tensors.kv_cache import PagedKVCache
+from pagedkv.tensors.model import Decoder, ModelInput
+from pagedkv.tensors.model_shapes import resolve_model, spec_of
+from pagedkv.tensors.profile_config import ProfileConfig
+from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+from pagedkv.tensors.profile_runs import calibration_steps, roofline_of
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def device_clock(device: str, threads: int) -> tuple[Callable[[], float], str]:
+    """(clock, its name): this thread's CPU time on a one-thread CPU run, else wall time (after
+    ``torch.cuda.synchronize`` on cuda, so that a timing covers the kernels it launched)."""
+    if device == "cuda":
+
+        def synced() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return synced, "perf_counter after cuda synchronize"
+    if threads == 1:
+        return time.thread_time, "thread_time"
+    return time.perf_counter, "perf_counter"
+
+
+def check_device(device: str) -> torch.device:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", device, "torch sees no CUDA device here; use cpu")
+    return torch.device(device)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's thread count for the block, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class _NoAttention(Decoder):
+    """The decoder with attention left out (the K/V write kept): the layer's other operators."""
+
+    def _attend(
+        self,
+        i: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        inp: ModelInput,
+        cache: PagedKVCache,
+    ) -> torch.Tensor:
+        cache.write(i, inp.slot_mapping, k.contiguous(), v.contiguous())
+        return q.reshape(q.shape[0], -1)
+
+
+class _Timer:
+    def __init__(self, clock: Callable[[], float], per_point_s: float, tick: Callable[[], None]):
+        self.clock, self.per_point_s, self.tick = clock, per_point_s, tick
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        fn()  # warm-up (allocations, the kernel's first build)
+        times: list[float] = []
+        while len(times) < 3 or (sum(times) < self.per_point_s and len(times) < 25):
+            start = self.clock()
+            fn()
+            times.append(self.clock() - start)
+        self.tick()
+        return statistics.median(times)
+
+
+def _grid(top: int, start: int = 1) -> list[int]:
+    out, x = [], start
+    while x < top:
+        out.append(x)
+        x *= 4 if x >= 64 else 2
+    return [*out, top]
+
+
+class _Bench:
+    """The one-layer model and its inputs at the profiled shapes."""
+
+    def __init__(self, cfg: ProfileConfig, device: torch.device, timer: _Timer) -> None:
+        full, self.spec = resolve_model(cfg.model, cfg.dtype)
+        self.config = dataclasses.replace(full, num_layers=1)
+        self.cfg, self.device, self.timer = cfg, device, timer
+        self.dtype = DTYPES[cfg.dtype]
+        self.model = Decoder.random(self.config, seed=cfg.seed, dtype=self.dtype, device=device)
+        self.bare = _NoAttention(self.config, self.model.weights, self.model.layers)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.max_len = self.config.max_position
+        self.max_tokens = min(cfg.max_tokens, 4 * self.max_len)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen).to(self.dtype).to(self.device)
+
+    def cache(self, blocks: int, bs: int, cpu_blocks: int = 0) -> PagedKVCache:
+        c = self.config
+        cache = PagedKVCache(
+            1, blocks, bs, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device,
+            num_cpu_blocks=cpu_blocks,
+        )  # fmt: skip
+        for t in (*cache.k_caches, *cache.v_caches):
+            t.copy_(torch.randn(t.shape, generator=self.gen).to(self.dtype))
+        return cache
+
+    def tokens_input(self, t: int, cache: PagedKVCache) -> ModelInput:
+        d = self.device
+        return ModelInput(
+            token_ids=torch.randint(0, self.config.vocab_size, (t,), generator=self.gen).to(d),
+            positions=(torch.arange(t) % self.max_len).to(d),
+            slot_mapping=torch.arange(t).to(d),
+            block_tables=[],
+            context_lens=[],
+            query_lens=[],
+            logits_indices=torch.zeros(0, dtype=torch.long, device=d),
+        )
+
+    # ----- the operators ----------------------------------------------------------------------
+    def linear_and_embedding(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bs = self.cfg.block_sizes[0]
+        cache = self.cache(-(-self.max_tokens // bs) + 1, bs)
+        xs, layer_t, embed_t = [], [], []
+        for t in _grid(self.max_tokens):
+            inp = self.tokens_input(t, cache)
+            x = self.randn(t, self.config.hidden_size) * 0.02
+            p = self.bare.layers[0]
+            if self.config.arch == "llama":
+                rope = self.bare.rope(inp.positions)
+                layer = self.timer(lambda: self.bare._llama_layer(0, p, x, inp, cache, rope))  # noqa: B023
+            else:
+                layer = self.timer(lambda: self.bare._gpt2_layer(0, p, x, inp, cache))  # noqa: B023
+            whole = self.timer(lambda: self.bare(inp, cache))  # noqa: B023
+            xs.append(t)
+            layer_t.append(layer)
+            embed_t.append(max(whole - layer, 0.0))
+        return curve(xs, layer_t), curve(xs, embed_t)
+
+    def lm_head(self) -> dict[str, Any]:
+        xs, ys = [], []
+        for s in _grid(self.cfg.max_seqs):
+            x = self.randn(s, self.config.hidden_size)
+            xs.append(s)
+            ys.append(self.timer(lambda: self.model.logits(x)))  # noqa: B023
+        return curve(xs, ys)
+
+    def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]]) -> float:
+        """Time ``paged_attention`` on sequences of (query, context) over scattered blocks."""
+        bs = cache.block_size
+        order = torch.randperm(cache.num_blocks, generator=self.gen).tolist()
+        tables, used = [], 0
+        for _, ctx in pairs:
+            need = -(-ctx // bs)
+            tables.append(order[used : used + need])
+            used += need
+        c = self.config
+        q = self.randn(sum(n for n, _ in pairs), c.num_heads, c.head_dim)
+        qlens, ctxs = [n for n, _ in pairs], [ctx for _, ctx in pairs]
+        k, v = cache.k_caches[0], cache.v_caches[0]
+        return self.timer(lambda: paged_attention(q, k, v, tables, ctxs, qlens))
+
+    def decode_attention(self, bs: int) -> dict[str, Any]:
+        contexts = [c for c in _grid(self.max_len, 16) if c <= self.max_len]
+        wide = max(self.cfg.max_seqs, 8)
+        cache = self.cache(wide * -(-self.max_len // bs) + 1, bs)
+        rows, times, at_eight = [], [], []
+        for c in contexts:
+            for n in (2, 8, wide) if c <= 64 else (2, 8):
+                # contexts spread over a block's offsets, as a running batch has them
+                ctxs = [max(c - i % bs, 1) for i in range(n)]
+                t = self.attention(cache, [(1, x) for x in ctxs])
+                rows.append([1.0, float(sum(ctxs)), float(n)])
+                times.append(t)
+                if n == 8:
+                    at_eight.append((sum(ctxs), t))
+        per_seq = nonnegative_lstsq(rows, times)[2]
+        xs = [x for x, _ in at_eight]
+        ys = [t - per_seq * 8 for _, t in at_eight]
+        return {"context": curve(xs, ys), "per_sequence_s": per_seq}
+
+    def prefill_attention(self) -> dict[str, float]:
+        bs = self.cfg.block_sizes[0]
+        top = min(self.max_len, self.max_tokens)
+        cache = self.cache(4 * -(-self.max_len // bs) + 64 * -(-128 // bs) + 1, bs)
+        rows, times = [], []
+        batches: list[list[tuple[int, int]]] = []
+        for q in [x for x in (16, 64, 256, 1024) if x <= top]:
+            for cached in (0, 64, 256, 1024):
+                if q + cached <= self.max_len:
+                    batches.append([(q, q + cached)])
+        ctx = min(128, self.max_len)
+        for m in (2, 8, 32):
+            batches.append([(min(64, top), min(64, top)), *[(1, ctx)] * m])
+        for batch in batches:
+            shape = BatchShape.from_chunks((n, c - n) for n, c in batch)
+            rows.append([1.0, shape.num_seqs, shape.attn_pairs, shape.kv_read_tokens])
+            times.append(self.attention(cache, batch))
+        c = nonnegative_lstsq(rows, times)
+        names = ("per_call_s", "per_sequence_s", "per_pair_s", "per_read_token_s")
+        return dict(zip(names, c, strict=True))
+
+    def swap(self, bs: int) -> dict[str, float]:
+        cache = self.cache(65, bs, cpu_blocks=64)
+        rows, times = [], []
+        for m in (1, 4, 16, 64):
+            maps = [SwapMapping(i, i) for i in range(m)]
+            rows.append([1.0, float(m)])
+            times.append(self.timer(lambda: cache.swap_out(maps)))  # noqa: B023
+        fixed, per_block = nonnegative_lstsq(rows, times)
+        return {"fixed_s": fixed, "per_block_s": per_block}
+
+    def rates(self) -> dict[str, float]:
+        c = self.config
+        src = torch.ones(16 * 2**20, dtype=torch.float32, device=self.device)  # 64 MiB
+        dst = torch.empty_like(src)
+        read = src.numel() * 4 / self.timer(src.sum)
+        copy = src.numel() * 4 / self.timer(lambda: dst.copy_(src))
+        a, b = self.randn(64, c.hidden_size), self.randn(c.hidden_size, c.intermediate_size)
+        flops = 2 * 64 * c.hidden_size * c.intermediate_size / self.timer(lambda: a @ b)
+        return {"matmul_flops": flops, "read_bandwidth": read, "copy_bandwidth": copy}
+
+
+def _source(cfg: ProfileConfig, device: torch.device, clock: str) -> dict[str, str]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    return {
+        "device": device.type,
+        "device_name": name or platform.machine(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "numpy": np.__version__,
+        "pagedkv": pagedkv.__version__,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "threads": str(cfg.threads),
+        "clock": clock,
+        "budget_s": str(cfg.budget_s),
+    }
+
+
+def points(cfg: ProfileConfig) -> int:
+    """How many timings a profile takes (for the progress bar and the per-point budget)."""
+    _, spec = resolve_model(cfg.model, cfg.dtype)
+    top = min(cfg.max_tokens, 4 * spec.max_model_len)
+    contexts = [c for c in _grid(spec.max_model_len, 16) if c <= spec.max_model_len]
+    decode = sum(3 if c <= 64 else 2 for c in contexts)
+    q_top = min(spec.max_model_len, top)
+    prefill = sum(
+        1
+        for q in (16, 64, 256, 1024)
+        if q <= q_top
+        for c in (0, 64, 256, 1024)
+        if q + c <= spec.max_model_len
+    )
+    per_bs = decode + 4  # decode points, swap points
+    fixed = 2 * len(_grid(top)) + len(_grid(cfg.max_seqs)) + prefill + 3 + 3  # mixed, rates
+    return fixed + per_bs * len(cfg.block_sizes)
+
+
+def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profile:
+    """Measure, fit and validate a profile; ``tick()`` is called after every timing."""
+    device = check_device(cfg.device)
+    with torch_threads(cfg.threads):
+        clock, clock_name = device_clock(cfg.device, cfg.threads)
+        timer = _Timer(clock, cfg.budget_s / max(points(cfg), 1), tick or (lambda: None))
+        bench = _Bench(cfg, device, timer)
+        linear, embedding = bench.linear_and_embedding()
+        data: dict[str, Any] = {
+            "format": "pagedkv-profile",
+            "version": 1,
+            "source": _source(cfg, device, clock_name),
+            "model": {
+                "name": bench.spec.name,
+                "arch": bench.config.arch,
+                **{k: getattr(bench.spec, k) for k in SHAPE_FIELDS},
+            },
+            "dtype": cfg.dtype,
+            "block_sizes": list(cfg.block_sizes),
+            "per_iteration_s": 1e-9,
+            "per_sequence_s": 0.0,
+            "per_token_s": 0.0,
+            "embedding": embedding,
+            "linear": linear,
+            "lm_head": bench.lm_head(),
+            "prefill_attention": bench.prefill_attention(),
+            "decode_attention": {str(bs): bench.decode_attention(bs) for bs in cfg.block_sizes},
+            "swap": {str(bs): bench.swap(bs) for bs in cfg.block_sizes},
+            "rates": {**bench.rates(), "roofline_overhead_s": 0.0},
+        }
+        # the executor's own work: what the operators leave unexplained in real steps
+        bs = cfg.block_sizes[0]
+        one = spec_of(bench.config, bench.spec.name, cfg.dtype)
+        layer = Profile.from_dict({**data, "model": {**data["model"], "num_layers": 1}})
+        ops = ProfiledCost(layer, one, bs)
+        steps = calibration_steps(bench.model, bs, clock, cfg.seed)
+        shapes = [s for s, _ in steps]
+        measured = [m for _, m in steps]
+        rows = [[1.0, float(s.num_seqs), float(s.num_tokens)] for s in shapes]
+        rest = [m - (ops.step_time(s) - 1e-9) for s, m in steps]
+        per_iter, per_seq, per_token = nonnegative_lstsq(rows, rest)
+        data["per_iteration_s"] = max(per_iter, 1e-9)
+        data["per_sequence_s"] = per_seq
+        data["per_token_s"] = per_token
+        roof = roofline_of(data["rates"], one, bs, 0.0)
+        data["rates"]["roofline_overhead_s"] = max(
+            statistics.fmean(m - roof.step_time(s) for s, m in zip(shapes, measured, strict=True)),
+            0.0,
+        )
+        return Profile.from_dict(data)
+
+
+def progress_bar(total: int, label: str) -> Any:
+    """A rich progress bar on stderr (drawn only on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+    bar.add_task(label, total=total)
+    return bar
