@@ -22,6 +22,7 @@ stays on one line between measured points: the step time is piecewise linear in 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import groupby
 
 from pagedkv.engine.batch_shape import BatchShape
@@ -71,6 +72,8 @@ class ProfiledCost:
             link = gpu.peer_bandwidth * cfg.interconnect_efficiency
             self._allreduce = (count * cfg.allreduce_latency_s, count * ring / link)
         self._fixed: dict[int, float] = {}  # decode_curve's constant part, by batch size
+        ctx = self._decode.context
+        self._ctx_lines = [ctx.line(i) for i in range(len(ctx.x) - 1)]
 
     # ----- one step -----------------------------------------------------------------------------
     def step_time(self, shape: BatchShape) -> float:
@@ -163,7 +166,18 @@ class ProfiledCost:
                 + self._allreduce[1] * n
                 + layers * (p.linear.at(n) + self._decode.per_sequence_s * n)
             )
-        return _build([(self._decode.context, context + n, n, self.layers)], fixed, 0.0)
+        # The head line and the first breakpoint now; the other segments only if a sum
+        # reaches past it (``_build`` gives the same lines, the head's very floats included).
+        r0, w = context + n, self.layers
+        ctx = self._decode.context
+        lines = self._ctx_lines
+        s = min(bisect_right(ctx.x, r0) - 1, len(lines) - 1)
+        ga, gb = lines[s]
+        head = (fixed + w * (ga + gb * r0), w * (gb * n))
+        if s == len(lines) - 1:
+            return SegmentCurve(head, None)
+        terms: list[_Term] = [(ctx, r0, n, w)]
+        return SegmentCurve(head, -((r0 - ctx.x[s + 1]) // n), lambda: _segments(terms, fixed, 0.0))
 
 
 def _kind_changes(gap: int, growth: int) -> bool:
@@ -176,7 +190,14 @@ def _kind_changes(gap: int, growth: int) -> bool:
 
 
 def _build(terms: list[_Term], c0: float, c1: float) -> SegmentCurve:
-    """The segments of c0 + c1 j + sum of w x curve(x0 + dx j)."""
+    """The curve of c0 + c1 j + sum of w x curve(x0 + dx j)."""
+    return SegmentCurve.of(*_segments(terms, c0, c1))
+
+
+def _segments(
+    terms: list[_Term], c0: float, c1: float
+) -> tuple[list[int], list[tuple[float, float]]]:
+    """The segments (starts, lines) of c0 + c1 j + sum of w x curve(x0 + dx j)."""
     lines_of = [curve.segment(x0) for curve, x0, _, _ in terms]
     events = []
     for index, (curve, x0, dx, _) in enumerate(terms):
@@ -197,4 +218,4 @@ def _build(terms: list[_Term], c0: float, c1: float) -> SegmentCurve:
             lines_of[index] = i
         starts.append(j)
         lines.append(line())
-    return SegmentCurve(starts, lines)
+    return starts, lines

@@ -15,25 +15,54 @@ stay exact.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 from pagedkv.engine.windows import _solve, check_duration, linear_window
 from pagedkv.errors import ConfigError
 
 
 class SegmentCurve:
-    """d_j = a_s + b_s j on segment s (j >= 0); segments start at 0 and increase."""
+    """d_j = a_s + b_s j on segment s (j >= 0); segments start at 0 and increase.
 
-    __slots__ = ("head", "lines", "moments_at", "split", "starts", "totals_at")
+    Most windows end before their first breakpoint, so a curve may be built from its head line
+    and ``split`` alone, with ``rest`` giving every segment (starts, lines) when a sum first
+    reaches past ``split``.
+    """
+
+    __slots__ = ("_rest", "head", "lines", "moments_at", "split", "starts", "totals_at")
     head: tuple[float, float]
     split: int | None
 
-    def __init__(self, starts: list[int], lines: list[tuple[float, float]]) -> None:
+    def __init__(
+        self,
+        head: tuple[float, float],
+        split: int | None,
+        rest: Callable[[], tuple[list[int], list[tuple[float, float]]]] | None = None,
+    ) -> None:
+        if split is not None and (split < 1 or rest is None):
+            raise ConfigError("split", split, "must be >= 1, with the rest of the segments")
+        self.head, self.split, self._rest = head, split, rest
+        self.starts: list[int] = []
+        self.lines: list[tuple[float, float]] = []
+        self.totals_at: list[float] = []
+        self.moments_at: list[float] = []
+
+    @classmethod
+    def of(cls, starts: list[int], lines: list[tuple[float, float]]) -> SegmentCurve:
+        """From every segment at once."""
         if not starts or starts[0] != 0 or len(starts) != len(lines):
             raise ConfigError("starts", starts, "must start at 0, one line per segment")
-        self.starts = starts
-        self.lines = lines
-        self.head = lines[0]
-        self.split = starts[1] if len(starts) > 1 else None
+        if len(starts) == 1:
+            return cls(lines[0], None)
+        return cls(lines[0], starts[1], lambda: (starts, lines))
+
+    def _segments(self) -> None:
+        """Build the prefix sums at every segment's start (once, when first needed)."""
+        if self.starts or self._rest is None:
+            return
+        starts, lines = self._rest()
+        if starts[0] != 0 or len(starts) != len(lines) or lines[0] != self.head:
+            raise ConfigError("starts", starts, "must start at 0 on the head line")
         totals, moments = [0.0], [0.0]  # sums of d_j and of j d_j for j < starts[s]
         for s in range(1, len(starts)):
             if starts[s] <= starts[s - 1]:
@@ -42,7 +71,7 @@ class SegmentCurve:
             t, m = linear_window(a, b, starts[s - 1], starts[s])
             totals.append(totals[-1] + t)
             moments.append(moments[-1] + m)
-        self.totals_at, self.moments_at = totals, moments
+        self.starts, self.lines, self.totals_at, self.moments_at = starts, lines, totals, moments
 
     def sums(self, k: int) -> tuple[float, float]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
@@ -54,6 +83,7 @@ class SegmentCurve:
             s1 = k * (k - 1) // 2
             s2 = (k - 1) * k * (2 * k - 1) // 6
             return k * a + b * s1, a * s1 + b * s2
+        self._segments()
         s = bisect_left(self.starts, k) - 1  # the segment of j = k - 1
         a, b = self.lines[s]
         t, m = linear_window(a, b, self.starts[s], k)
@@ -63,6 +93,11 @@ class SegmentCurve:
         """sum of d_j over j in [0, k): the prefix sum at its segment's start plus one series."""
         if k <= 0:
             return 0.0
+        split = self.split
+        if split is None or k <= split:
+            a, b = self.head
+            return k * a + b * (k * (k - 1) // 2)
+        self._segments()
         s = bisect_left(self.starts, k) - 1
         a, b = self.lines[s]
         return self.totals_at[s] + linear_window(a, b, self.starts[s], k)[0]
@@ -79,15 +114,20 @@ class SegmentCurve:
         """``steps_to_reach(duration)`` and its ``sums``."""
         if check_duration(duration) <= 0:
             return 0, (0.0, 0.0)
-        s = bisect_right(self.totals_at, duration) - 1  # last segment starting below duration
-        while s > 0 and self.totals_at[s] >= duration:
-            s -= 1
-        start = self.starts[s]
-        a, b = self.lines[s]
-        k = start + _solve(a + b * start, b, duration - self.totals_at[s])
-        while k > 0 and self.total(k - 1) >= duration:
+        split = self.split
+        if split is None or self.total(split) >= duration:  # on the head line
+            start, (a, b), before = 0, self.head, 0.0
+        else:
+            self._segments()
+            s = bisect_right(self.totals_at, duration) - 1  # last segment starting below it
+            while s > 0 and self.totals_at[s] >= duration:
+                s -= 1
+            start, (a, b), before = self.starts[s], self.lines[s], self.totals_at[s]
+        k = start + _solve(a + b * start, b, duration - before)
+        total = self.total
+        while k > 0 and total(k - 1) >= duration:
             k -= 1
-        while self.total(k) < duration:
+        while total(k) < duration:
             k += 1
         return k, self.sums(k)
 

@@ -22,13 +22,17 @@ from pagedkv.workloads.spec import RequestSpec
 
 
 class Recorder:
-    """Wraps an executor: each step's shape, swapped blocks and duration."""
+    """Wraps an executor: each step's shape, swapped blocks and duration; ``before`` runs
+    ahead of each step, outside its duration."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, before: Callable[[], None] | None = None) -> None:
         self.inner = inner
+        self.before = before
         self.steps: list[tuple[BatchShape, int, float]] = []
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
+        if self.before is not None:
+            self.before()
         result: StepResult = self.inner.execute(batch)
         swapped = len(batch.swap_out) + len(batch.swap_in)
         self.steps.append((batch_shape(batch), swapped, result.duration))
@@ -61,9 +65,13 @@ def workload(
 
 
 def calibration_steps(
-    model: Decoder, block_size: int, clock: Callable[[], float], seed: int
+    model: Decoder,
+    block_size: int,
+    clock: Callable[[], float],
+    seed: int,
 ) -> list[tuple[BatchShape, float]]:
-    """(shape, measured seconds) of every step of two short runs on ``model``: all arrivals at
+    """(shape, measured seconds) of every step of two short runs on ``model`` (after a warm-up
+    run: first calls allocate and build): all arrivals at
     once (prefill batches, then decodes), and chunked prefill under a small token budget (mixed
     batches). Their workloads are seeded apart from any evaluated one (``seed + 1000``)."""
     max_len = model.config.max_position
@@ -79,8 +87,9 @@ def calibration_steps(
         ),
     ]
     steps: list[tuple[BatchShape, float]] = []
-    for i, sched in enumerate(runs):
-        specs = workload(12, model.config.vocab_size, prompt, output, 0.0, seed + 1000 + i)
+    for i, sched in enumerate([runs[0], *runs]):  # the first run warms up, and is dropped
+        n = 4 if i == 0 else 12
+        specs = workload(n, model.config.vocab_size, prompt, output, 0.0, seed + 1000 + i)
         need = sum(-(-(s.prompt_len + s.output_len) // block_size) for s in specs)
         engine = build_real_engine(
             model, specs, num_gpu_blocks=need + 1, block_size=block_size, scheduler=sched
@@ -90,7 +99,8 @@ def calibration_steps(
         recorder = Recorder(engine.executor)
         engine.executor = recorder
         engine.run()
-        steps += [(shape, seconds) for shape, _, seconds in recorder.steps]
+        if i > 0:
+            steps += [(shape, seconds) for shape, _, seconds in recorder.steps]
     return steps
 
 

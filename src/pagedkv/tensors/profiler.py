@@ -105,13 +105,23 @@ class _NoAttention(Decoder):
 
 
 class _Timer:
-    def __init__(self, clock: Callable[[], float], per_point_s: float, tick: Callable[[], None]):
-        self.clock, self.per_point_s, self.tick = clock, per_point_s, tick
+    """Median of repeated timings, ``flush`` run (untimed) before each."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        per_point_s: float,
+        tick: Callable[[], None],
+        flush: Callable[[], None],
+    ) -> None:
+        self.clock, self.per_point_s, self.tick, self.flush = clock, per_point_s, tick, flush
 
     def __call__(self, fn: Callable[[], object]) -> float:
+        self.flush()
         fn()  # warm-up (allocations, the kernel's first build)
         times: list[float] = []
         while len(times) < 3 or (sum(times) < self.per_point_s and len(times) < 25):
+            self.flush()
             start = self.clock()
             fn()
             times.append(self.clock() - start)
@@ -127,27 +137,62 @@ def _grid(top: int, start: int = 1) -> list[int]:
     return [*out, top]
 
 
+CACHE_SCALE = 256 * 2**20
+"""Bytes beyond any CPU or GPU cache: the other layers whose weights a timing streams first."""
+
+
+def extra_layers(layer_bytes: int, num_layers: int, lm_head_bytes: int) -> int:
+    """How many more layers the profiling model holds, so that the layers and lm head run
+    between two timings of layer 0 stream about what the rest of the model streams in a real
+    step, up to ``CACHE_SCALE`` (none if one layer alone is that large)."""
+    if layer_bytes >= CACHE_SCALE:
+        return 0
+    rest = min((num_layers - 1) * layer_bytes + lm_head_bytes, CACHE_SCALE)
+    return min(num_layers - 1, -(-rest // layer_bytes))
+
+
 class _Bench:
     """The one-layer model and its inputs at the profiled shapes."""
 
-    def __init__(self, cfg: ProfileConfig, device: torch.device, timer: _Timer) -> None:
+    def __init__(
+        self, cfg: ProfileConfig, device: torch.device, clock: Callable[[], float], tick: Any
+    ) -> None:
         full, self.spec = resolve_model(cfg.model, cfg.dtype)
-        self.config = dataclasses.replace(full, num_layers=1)
-        self.cfg, self.device, self.timer = cfg, device, timer
+        bytes_ = self.spec.dtype_bytes
+        extra = extra_layers(
+            self.spec.layer_params * bytes_, full.num_layers, self.spec.lm_head_params * bytes_
+        )
+        self.config = dataclasses.replace(full, num_layers=1 + extra)
+        self.cfg, self.device = cfg, device
         self.dtype = DTYPES[cfg.dtype]
         self.model = Decoder.random(self.config, seed=cfg.seed, dtype=self.dtype, device=device)
         self.bare = _NoAttention(self.config, self.model.weights, self.model.layers)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.max_len = self.config.max_position
         self.max_tokens = min(cfg.max_tokens, 4 * self.max_len)
+        self.timer = _Timer(clock, cfg.budget_s / max(points(cfg), 1), tick, self._rest)
+        small = self.cache(1, 1)
+        self._rest_input = (self.tokens_input(1, small), small, self.randn(1, full.hidden_size))
+
+    def _rest(self) -> None:
+        """The other layers (without attention) and the lm head on one token: what a real step
+        streams between two runs of one layer's operators (``extra_layers``)."""
+        inp, cache, x = self._rest_input
+        rope = self.bare.rope(inp.positions) if self.config.arch == "llama" else None
+        for p in self.bare.layers[1:]:
+            if rope is not None:
+                self.bare._llama_layer(0, p, x, inp, cache, rope)
+            else:
+                self.bare._gpt2_layer(0, p, x, inp, cache)
+        self.model.logits(x)
 
     def randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=self.gen).to(self.dtype).to(self.device)
 
-    def cache(self, blocks: int, bs: int, cpu_blocks: int = 0) -> PagedKVCache:
+    def cache(self, blocks: int, bs: int, cpu_blocks: int = 0, layers: int = 1) -> PagedKVCache:
         c = self.config
         cache = PagedKVCache(
-            1, blocks, bs, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device,
+            layers, blocks, bs, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device,
             num_cpu_blocks=cpu_blocks,
         )  # fmt: skip
         for t in (*cache.k_caches, *cache.v_caches):
@@ -169,7 +214,8 @@ class _Bench:
     # ----- the operators ----------------------------------------------------------------------
     def linear_and_embedding(self) -> tuple[dict[str, Any], dict[str, Any]]:
         bs = self.cfg.block_sizes[0]
-        cache = self.cache(-(-self.max_tokens // bs) + 1, bs)
+        held = self.config.num_layers
+        cache = self.cache(-(-self.max_tokens // bs) + 1, bs, layers=held)
         xs, layer_t, embed_t = [], [], []
         for t in _grid(self.max_tokens):
             inp = self.tokens_input(t, cache)
@@ -183,7 +229,7 @@ class _Bench:
             whole = self.timer(lambda: self.bare(inp, cache))  # noqa: B023
             xs.append(t)
             layer_t.append(layer)
-            embed_t.append(max(whole - layer, 0.0))
+            embed_t.append(max(whole - held * layer, 0.0))
         return curve(xs, layer_t), curve(xs, embed_t)
 
     def lm_head(self) -> dict[str, Any]:
@@ -212,7 +258,8 @@ class _Bench:
     def decode_attention(self, bs: int) -> dict[str, Any]:
         contexts = [c for c in _grid(self.max_len, 16) if c <= self.max_len]
         wide = max(self.cfg.max_seqs, 8)
-        cache = self.cache(wide * -(-self.max_len // bs) + 1, bs)
+        # room for the largest batch: ``wide`` short sequences or 8 of the longest
+        cache = self.cache(max(wide * -(-64 // bs), 8 * -(-self.max_len // bs)) + 1, bs)
         rows, times, at_eight = [], [], []
         for c in contexts:
             for n in (2, 8, wide) if c <= 64 else (2, 8):
@@ -311,8 +358,7 @@ def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profi
     device = check_device(cfg.device)
     with torch_threads(cfg.threads):
         clock, clock_name = device_clock(cfg.device, cfg.threads)
-        timer = _Timer(clock, cfg.budget_s / max(points(cfg), 1), tick or (lambda: None))
-        bench = _Bench(cfg, device, timer)
+        bench = _Bench(cfg, device, clock, tick or (lambda: None))
         linear, embedding = bench.linear_and_embedding()
         data: dict[str, Any] = {
             "format": "pagedkv-profile",
@@ -339,7 +385,8 @@ def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profi
         # the executor's own work: what the operators leave unexplained in real steps
         bs = cfg.block_sizes[0]
         one = spec_of(bench.config, bench.spec.name, cfg.dtype)
-        layer = Profile.from_dict({**data, "model": {**data["model"], "num_layers": 1}})
+        held = bench.config.num_layers
+        layer = Profile.from_dict({**data, "model": {**data["model"], "num_layers": held}})
         ops = ProfiledCost(layer, one, bs)
         steps = calibration_steps(bench.model, bs, clock, cfg.seed)
         shapes = [s for s, _ in steps]
