@@ -15,6 +15,7 @@ from pagedkv.engine.gpus import get_gpu
 from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.profiled_cost import ProfiledCost
+from pagedkv.engine.segments import SegmentCurve
 from pagedkv.errors import ConfigError
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.profiles import synthetic_profile
@@ -170,3 +171,32 @@ def test_fast_forward_equals_reference_with_a_profile(
         max_num_batched_tokens=512 if chunked else None,
         max_model_len=MAX_LEN,
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lines=st.lists(st.tuples(st.floats(1e-4, 1e-2), st.floats(0, 1e-4)), min_size=1, max_size=5),
+    gaps=st.lists(st.integers(1, 50), min_size=4, max_size=4),
+    k=st.integers(0, 300),
+    duration=st.floats(0, 5),
+)
+def test_segment_curve_sums_are_the_rounds_summed(
+    lines: list[tuple[float, float]], gaps: list[int], k: int, duration: float
+) -> None:
+    starts = [0]
+    for g in gaps[: len(lines) - 1]:
+        starts.append(starts[-1] + g)
+    curve = SegmentCurve.of(starts, lines)
+
+    def d(j: int) -> float:
+        s = max(i for i, start in enumerate(starts) if start <= j)
+        return lines[s][0] + lines[s][1] * j
+
+    want = (math.fsum(d(j) for j in range(k)), math.fsum(j * d(j) for j in range(k)))
+    got = curve.sums(k)
+    assert close(got[0], want[0])
+    assert close(got[1], want[1])
+    assert close(curve.totals([k])[0], want[0])
+    steps, _ = curve.reach(duration)
+    assert curve.sums(steps)[0] >= duration
+    assert steps == 0 or curve.sums(steps - 1)[0] < duration
