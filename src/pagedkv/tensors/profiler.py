@@ -16,7 +16,8 @@ dtype, on ``cpu`` or ``cuda`` (``torch.cuda.synchronize`` around every timing th
    machine);
 6. ``per_iteration_s`` / ``per_sequence_s`` / ``per_token_s``: two short runs of the real executor
    on the one-layer model (its own workloads, seeded), the part of each step the operators above
-   do not explain, fitted (nonnegative) to 1, sequences and tokens; the roofline's per-step
+   do not explain, fitted (nonnegative, relative to each step's time) to 1, sequences and
+   tokens; the roofline's per-step
    overhead is the mean of measured - roofline on the same steps.
 
 Every point is timed until ``budget_s / points`` seconds are spent (at least 3 runs, the
@@ -403,8 +404,10 @@ def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profi
         steps = calibration_steps(bench.model, bs, clock, cfg.seed)
         shapes = [s for s, _ in steps]
         measured = [m for _, m in steps]
-        rows = [[1.0, float(s.num_seqs), float(s.num_tokens)] for s in shapes]
-        rest = [m - (ops.step_time(s) - 1e-9) for s, m in steps]
+        # each step weighted by 1 / its time: the fit minimises relative errors, so that a
+        # few large prefills do not decide what every small decode step pays
+        rows = [[1 / m, s.num_seqs / m, s.num_tokens / m] for s, m in steps]
+        rest = [(m - (ops.step_time(s) - 1e-9)) / m for s, m in steps]
         per_iter, per_seq, per_token = nonnegative_lstsq(rows, rest)
         data["per_iteration_s"] = max(per_iter, 1e-9)
         data["per_sequence_s"] = per_seq
