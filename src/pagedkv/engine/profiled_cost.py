@@ -167,17 +167,30 @@ class ProfiledCost:
                 + layers * (p.linear.at(n) + self._decode.per_sequence_s * n)
             )
         # The head line and the first breakpoint now; the other segments only if a sum
-        # reaches past it (``_build`` gives the same lines, the head's very floats included).
+        # reaches past it (the lines ``curve`` gives, in the same float operations).
         r0, w = context + n, self.layers
-        ctx = self._decode.context
+        xs = self._decode.context.x
         lines = self._ctx_lines
-        s = min(bisect_right(ctx.x, r0) - 1, len(lines) - 1)
+        s = min(bisect_right(xs, r0) - 1, len(lines) - 1)
         ga, gb = lines[s]
         head = (fixed + w * (ga + gb * r0), w * (gb * n))
         if s == len(lines) - 1:
             return SegmentCurve(head, None)
-        terms: list[_Term] = [(ctx, r0, n, w)]
-        return SegmentCurve(head, -((r0 - ctx.x[s + 1]) // n), lambda: _segments(terms, fixed, 0.0))
+
+        def rest() -> tuple[list[int], list[tuple[float, float]]]:
+            starts, out = [0], [head]
+            for i in range(s + 1, len(lines)):
+                j = -((r0 - xs[i]) // n)  # the first round whose context reaches xs[i]
+                a, b = lines[i]
+                line = (fixed + w * (a + b * r0), w * (b * n))
+                if j == starts[-1]:  # two points crossed in one round: the later line holds
+                    out[-1] = line
+                else:
+                    starts.append(j)
+                    out.append(line)
+            return starts, out
+
+        return SegmentCurve(head, -((r0 - xs[s + 1]) // n), rest)
 
 
 def _kind_changes(gap: int, growth: int) -> bool:

@@ -42,10 +42,7 @@ class SegmentCurve:
         if split is not None and (split < 1 or rest is None):
             raise ConfigError("split", split, "must be >= 1, with the rest of the segments")
         self.head, self.split, self._rest = head, split, rest
-        self.starts: list[int] = []
-        self.lines: list[tuple[float, float]] = []
-        self.totals_at: list[float] = []
-        self.moments_at: list[float] = []
+        self.starts: list[int] = []  # filled by ``_segments``, when first needed
 
     @classmethod
     def of(cls, starts: list[int], lines: list[tuple[float, float]]) -> SegmentCurve:
@@ -103,8 +100,27 @@ class SegmentCurve:
         return self.totals_at[s] + linear_window(a, b, self.starts[s], k)[0]
 
     def totals(self, ks: list[int]) -> list[float]:
-        """``total(k)`` for each k of ``ks``."""
-        return [self.total(k) for k in ks]
+        """``total(k)`` for each k of ``ks`` (the same floats; the cohort asks for one per
+        block-allocation round of a window that crosses a breakpoint)."""
+        split = self.split
+        a, b = self.head
+        if split is None:
+            return [k * a + b * (k * (k - 1) // 2) if k > 0 else 0.0 for k in ks]
+        self._segments()
+        starts, lines, before = self.starts, self.lines, self.totals_at
+        out = []
+        for k in ks:
+            if k <= 0:
+                out.append(0.0)
+            elif k <= split:
+                out.append(k * a + b * (k * (k - 1) // 2))
+            else:
+                i = bisect_left(starts, k) - 1
+                lo = starts[i]
+                a2, b2 = lines[i]
+                n, s1 = k - lo, (k * (k - 1) - lo * (lo - 1)) // 2  # linear_window's first sum
+                out.append(before[i] + (n * a2 + b2 * s1))
+        return out
 
     def steps_to_reach(self, duration: float) -> int:
         """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
@@ -115,8 +131,16 @@ class SegmentCurve:
         if check_duration(duration) <= 0:
             return 0, (0.0, 0.0)
         split = self.split
-        if split is None or self.total(split) >= duration:  # on the head line
-            start, (a, b), before = 0, self.head, 0.0
+        a, b = self.head
+        if split is None or split * a + b * (split * (split - 1) // 2) >= duration:
+            k = _solve(a, b, duration)  # on the head line: settled as WindowCurve does
+            while k > 0 and (k - 1) * a + b * ((k - 1) * (k - 2) // 2) >= duration:
+                k -= 1
+            while k * a + b * (k * (k - 1) // 2) < duration:
+                k += 1
+            if split is None or k <= split:
+                return k, self.sums(k)
+            start, before = 0, 0.0  # rounding put it past the split: settle below
         else:
             self._segments()
             s = bisect_right(self.totals_at, duration) - 1  # last segment starting below it
