@@ -16,7 +16,8 @@ from pagedkv.engine.profiled_cost import ProfiledCost
 from pagedkv.errors import ConfigError
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig, ProfileConfig
-from pagedkv.tensors.profiler import points, profile
+from pagedkv.tensors.profile_ops import points
+from pagedkv.tensors.profiler import profile
 
 SMALL = {"budget_s": 0.3, "max_tokens": 64, "max_seqs": 8}
 

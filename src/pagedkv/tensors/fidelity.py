@@ -37,8 +37,9 @@ from pagedkv.tensors.executor import TorchExecutor, build_real_engine
 from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig
+from pagedkv.tensors.profile_ops import DTYPES
 from pagedkv.tensors.profile_runs import Recorder, roofline_of, workload
-from pagedkv.tensors.profiler import DTYPES, check_device, device_clock, torch_threads
+from pagedkv.tensors.profiler import check_device, device_clock, torch_threads
 from pagedkv.workloads.spec import RequestSpec
 
 METRICS = {

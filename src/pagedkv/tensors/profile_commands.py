@@ -45,7 +45,8 @@ def _values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 def _cmd_profile(args: argparse.Namespace) -> int:
     import time
 
-    from pagedkv.tensors.profiler import points, profile, progress_bar
+    from pagedkv.tensors.profile_ops import points
+    from pagedkv.tensors.profiler import profile, progress_bar
 
     cfg = ProfileConfig(**_values(args, ProfileConfig))
     start = time.perf_counter()
