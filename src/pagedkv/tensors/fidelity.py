@@ -125,7 +125,10 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
     config, spec = resolve_model(cfg.model, profile.dtype)
     profile.check_model(spec)
     profile.check_block_size(cfg.block_size)
-    threads = int(profile.source.get("threads", "1"))
+    threads_text = profile.source.get("threads", "1")
+    if not threads_text.isdigit() or int(threads_text) < 1:
+        raise ConfigError("profile.source.threads", threads_text, "must be a thread count >= 1")
+    threads = int(threads_text)
     max_len = config.max_position
     sched = _scheduler(cfg, max_len)
     top = max_len - cfg.max_output_len
