@@ -8,7 +8,17 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["pagedkv", "pagedkv.memory", "pagedkv.cli"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pagedkv",
+        "pagedkv.memory",
+        "pagedkv.cli",
+        "pagedkv.simulation",
+        "pagedkv.engine.profiled_cost",
+        "pagedkv.tensors.profile_config",
+    ],
+)
 def test_no_torch_on_import(module: str) -> None:
     code = (
         "import importlib, sys, pkgutil\n"

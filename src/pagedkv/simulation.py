@@ -32,6 +32,8 @@ from pagedkv.engine.pinned_prefixes import (
     register_workload_prefixes,
 )
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.profile import load_profile
+from pagedkv.engine.profiled_cost import ProfiledCost
 from pagedkv.engine.sliding import WindowedExecutor, needs_window_pricing
 from pagedkv.errors import ConfigError
 from pagedkv.footprint import BYTES_PER_BLOCK, BYTES_PER_REQUEST, check_memory, run_bytes
@@ -58,6 +60,8 @@ class CostModelKind(enum.Enum):
     """One tick per iteration (the course lesson's steps)."""
     ROOFLINE = "roofline"
     """Seconds from GPU x model: max(FLOPs / peak, bytes / bandwidth) + overhead."""
+    PROFILED = "profiled"
+    """Seconds from an operator profile of the model (``pagedkv profile``; needs ``profile``)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,14 @@ class HardwareConfig:
         "'lfu' (fewest uses, ties least recently freed); no effect without prefix caching.",
     )
     cost_model: CostModelKind = help_field(
-        CostModelKind.ROOFLINE, "Iteration timing: 'unit' (1 tick each) or 'roofline' (seconds)."
+        CostModelKind.ROOFLINE,
+        "Iteration timing: 'unit' (1 tick each), 'roofline' (seconds) or 'profiled' (seconds "
+        "from an operator profile, --profile).",
+    )
+    profile: str | None = help_field(
+        None,
+        "Operator profile JSON (`pagedkv profile`) of this model at this block size, read by "
+        "cost_model 'profiled'.",
     )
 
     def __post_init__(self) -> None:
@@ -152,11 +163,26 @@ class HardwareConfig:
         object.__setattr__(
             self, "cost_model", check_choice("cost_model", self.cost_model, CostModelKind)
         )
+        self._check_profile()
         object.__setattr__(
             self,
             "eviction_policy",
             check_choice("eviction_policy", self.eviction_policy, EvictionPolicy),
         )
+
+    def _check_profile(self) -> None:
+        """A profile goes with cost_model 'profiled', and must be of this model and block size."""
+        profiled = self.cost_model is CostModelKind.PROFILED
+        if profiled and self.profile is None:
+            raise ConfigError("profile", None, "cost_model 'profiled' needs a profile file")
+        if not profiled and self.profile is not None:
+            raise ConfigError("profile", self.profile, "is read only with cost_model 'profiled'")
+        if self.profile is not None:
+            if not isinstance(self.profile, str):
+                raise ConfigError("profile", self.profile, "must be a path to a profile JSON")
+            profile = load_profile(self.profile)
+            profile.check_model(get_model(self.model))
+            profile.check_block_size(self.block_size)
 
 
 # Flat keys that are not the field's own name in its section.
@@ -338,6 +364,9 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     cost: CostModel
     if hw.cost_model is CostModelKind.UNIT:
         cost = UnitCost()
+    elif hw.cost_model is CostModelKind.PROFILED:
+        assert hw.profile is not None  # HardwareConfig checks it
+        cost = ProfiledCost(load_profile(hw.profile), model, hw.block_size, tp, gpu)
     else:
         cost = RooflineCost(gpu, model, tp, RooflineConfig(block_size=hw.block_size))
     return cache, cost

@@ -13,7 +13,7 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
 from pagedkv.engine.gpus import GPUS
 from pagedkv.engine.models import MODELS
-from pagedkv.engine.windows import search_steps
+from pagedkv.engine.windows import WindowCurve, search_steps
 from pagedkv.errors import ConfigError
 from pagedkv.validation import field_help
 
@@ -243,4 +243,6 @@ def test_decode_curve_is_the_curve_of_decode_shapes(
     n = num_seqs
     want = model.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
     got = model.decode_curve(n, context)
+    assert isinstance(got, WindowCurve)
+    assert isinstance(want, WindowCurve)
     assert (got.head, got.tail, got.split) == (want.head, want.tail, want.split)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
     from pagedkv.engine.scheduler import SchedulerOutput
-    from pagedkv.engine.windows import WindowCurve
+    from pagedkv.engine.windows import StepCurve
 
 
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
@@ -186,7 +186,7 @@ class Cohort:
 
     def _decode(
         self,
-        curve: WindowCurve,
+        curve: StepCurve,
         k: int,
         sums: tuple[float, float],
         taken: tuple[int, int, int],

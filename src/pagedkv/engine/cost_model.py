@@ -20,7 +20,13 @@ from typing import Protocol, runtime_checkable
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.gpus import GPUSpec
 from pagedkv.engine.models import ModelSpec, check_tensor_parallel
-from pagedkv.engine.windows import WindowCurve, check_duration, linear_window, max_linear_window
+from pagedkv.engine.windows import (
+    StepCurve,
+    WindowCurve,
+    check_duration,
+    linear_window,
+    max_linear_window,
+)
 from pagedkv.memory.config import MAX_BLOCK_SIZE
 from pagedkv.validation import check_bounds, check_int, float_field, int_field
 
@@ -45,11 +51,11 @@ class CostModel(Protocol):
         """The smallest k >= 0 with sum_{i<k} d_i >= duration."""
         ...
 
-    def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
+    def curve(self, base: BatchShape, delta: BatchShape) -> StepCurve:
         """The window's step-time lines, for many cheap prefix sums (fast-forward)."""
         ...
 
-    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
+    def decode_curve(self, num_seqs: int, context: int) -> StepCurve:
         """``curve`` of decode rounds of ``num_seqs`` sequences that hold ``context`` tokens
         in all: base ``BatchShape(n, n, context + n, context + n)``, delta
         ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window; the same floats

@@ -31,7 +31,7 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
-from pagedkv.engine.windows import WindowCurve, add_new_blocks
+from pagedkv.engine.windows import StepCurve, add_new_blocks
 
 if TYPE_CHECKING:
     from pagedkv.engine.engine import Engine
@@ -170,7 +170,7 @@ class FastForward:
 
     def _advance(
         self,
-        curve: WindowCurve,
+        curve: StepCurve,
         k: int,
         cross: list[int],
         frag: dict[int, int],

@@ -11,8 +11,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from pagedkv.errors import ConfigError
+
+
+class StepCurve(Protocol):
+    """What the fast-forward reads of a window's step times d_j (``WindowCurve``, or the
+    profiled model's ``SegmentCurve``): ``head`` is the line d_j = head[0] + head[1] j that
+    holds for j < ``split`` (None: for every j)."""
+
+    head: tuple[float, float]
+    split: int | None
+
+    def sums(self, k: int) -> tuple[float, float]: ...
+    def totals(self, ks: list[int]) -> list[float]: ...
+    def steps_to_reach(self, duration: float) -> int: ...
+    def reach(self, duration: float) -> tuple[int, tuple[float, float]]: ...
 
 
 def check_duration(duration: float) -> float:

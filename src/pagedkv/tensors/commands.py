@@ -1,5 +1,5 @@
 """Subcommands of ``pagedkv`` for this package (see ``pagedkv.cli.COMMAND_MODULES``):
-``generate``. torch is imported only when the command runs."""
+``generate``, ``profile``, ``fidelity``. torch is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -135,3 +135,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "printed then go to stderr). Exit codes: pagedkv --help.",
     )
     gen.set_defaults(func=_cmd_generate)
+    from pagedkv.tensors.profile_commands import register_profiling
+
+    register_profiling(sub)

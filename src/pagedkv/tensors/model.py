@@ -143,24 +143,33 @@ class Decoder:
         else:
             if c.embed_scale:  # Gemma: sqrt(hidden_size), rounded to the weights' dtype first
                 x = x * torch.tensor(c.hidden_size**0.5, dtype=x.dtype)
-            assert self.rope is not None
-            prompts = inp.prompt_lens if inp.prompt_lens is not None else inp.context_lens
-            rope = self.rope.cos_sin(inp.positions, prompts, inp.query_lens, self.dtype)
+            rope = self.rotary(inp)
         for i, layer in enumerate(self.layers):
             if c.arch == "gpt2":
                 x = self._gpt2_layer(i, layer, x, inp, cache)
             else:
                 assert rope is not None
                 x = self._llama_layer(i, layer, x, inp, cache, rope)
-        x = x[inp.logits_indices]
+        return self.logits(x[inp.logits_indices])
+
+    __call__ = forward
+
+    def rotary(self, inp: ModelInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) ``[T, head_dim]`` of each of the batch's positions (llama), in HF's
+        rotate_half layout; a scaled RoPE may depend on each sequence's prompt length."""
+        assert self.rope is not None
+        prompts = inp.prompt_lens if inp.prompt_lens is not None else inp.context_lens
+        return self.rope.cos_sin(inp.positions, prompts, inp.query_lens, self.dtype)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and the lm head on rows ``x`` ``[N, hidden]``: ``[N, vocab_size]``."""
+        c, w = self.config, self.weights
         if c.arch == "gpt2":
             x = F.layer_norm(x, (c.hidden_size,), w["norm_w"], w["norm_b"], c.norm_eps)
         else:
             x = self._rms_norm(x, w["norm_w"])
         logits = x @ w["lm_head"].T
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
-
-    __call__ = forward
 
     def _attend(
         self,

@@ -1,0 +1,188 @@
+"""``pagedkv fidelity``: one workload through the real executor and through the simulator.
+
+The real run is the simulator's Engine and Scheduler driving the ``TorchExecutor`` (each step's
+duration measured with the profile's clock); the simulated runs are the same Engine on a
+``SimExecutor`` priced by the profile (``ProfiledCost``) and by today's roofline on this device
+(``Profile.rates``: achieved rates as peaks, the profile's calibration overhead per step). The
+profile comes from its own runs (``pagedkv profile``), never from this workload.
+
+Errors, each defined once here (sim = simulated, real = measured):
+
+* step error: |predicted - measured| / measured of every real step, priced on exactly the
+  batch that ran (its shape and swaps); ``median`` and ``p90`` over the steps;
+* throughput_error, ttft_error, tpot_error, e2e_error: sim / real - 1 of the output-token
+  throughput and of mean TTFT, TPOT and end-to-end latency (``pagedkv.engine.metrics``);
+* iterations_real, iterations_sim: the runs' iteration counts; iterations_agree: whether the
+  two runs computed the same sequence of batch shapes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.cost_model import CostModel
+from pagedkv.engine.engine import Engine
+from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.metrics import summarize
+from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.profile import load_profile
+from pagedkv.engine.profiled_cost import ProfiledCost
+from pagedkv.errors import ConfigError
+from pagedkv.memory.config import CacheConfig
+from pagedkv.tensors.executor import TorchExecutor, build_real_engine
+from pagedkv.tensors.model import Decoder
+from pagedkv.tensors.model_shapes import resolve_model
+from pagedkv.tensors.profile_config import FidelityConfig
+from pagedkv.tensors.profile_ops import DTYPES
+from pagedkv.tensors.profile_runs import Recorder, roofline_of, workload
+from pagedkv.tensors.profiler import check_device, device_clock, torch_threads
+from pagedkv.workloads.spec import RequestSpec
+
+METRICS = {
+    "throughput": ("output_token_throughput",),
+    "ttft": ("ttft", "mean"),
+    "tpot": ("tpot", "mean"),
+    "e2e": ("e2e", "mean"),
+}
+
+
+def _metrics(engine: Engine) -> dict[str, float]:
+    run = engine.run()
+    s = summarize(run.requests, run.totals, run.sim_time, engine.scheduler.kv.capacity)
+    out: dict[str, float] = {}
+    for name, path in METRICS.items():
+        value: Any = s
+        for key in path:
+            value = value[key]
+        out[name] = float(value)
+    out["iterations"] = run.totals.iterations
+    out["preemptions"] = float(sum(r.num_preemptions for r in run.requests))
+    return out
+
+
+def _scheduler(cfg: FidelityConfig, max_len: int) -> SchedulerConfig:
+    return SchedulerConfig(
+        scheduler=cfg.scheduler,
+        max_model_len=max_len,
+        preemption_mode=cfg.preemption_mode,  # type: ignore[arg-type]
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+    )
+
+
+def _sim(
+    cfg: FidelityConfig, sched: SchedulerConfig, specs: list[RequestSpec], cost: CostModel
+) -> tuple[Engine, Recorder]:
+    cache = CacheConfig(
+        num_gpu_blocks=cfg.num_gpu_blocks,
+        block_size=cfg.block_size,
+        num_cpu_blocks=cfg.num_cpu_blocks,
+        enable_prefix_caching=cfg.enable_prefix_caching,
+    )
+    policy = SCHEDULERS[sched.scheduler]
+    recorder = Recorder(SimExecutor(cost))  # not a SimExecutor: every round is stepped
+    engine = Engine(policy(sched, policy.make_allocator(cache, sched)), recorder, specs)
+    return engine, recorder
+
+
+def _errors(
+    real: dict[str, float],
+    sim: dict[str, float],
+    real_steps: list[Any],
+    sim_steps: list[Any],
+    cost: CostModel,
+) -> dict[str, Any]:
+    step = []
+    for shape, swapped, measured in real_steps:
+        predicted = cost.step_time(shape) + (cost.swap_time(swapped) if swapped else 0.0)
+        step.append(abs(predicted - measured) / measured)
+    out: dict[str, Any] = {
+        "step_error": {
+            "median": statistics.median(step),
+            "p90": float(np.percentile(step, 90)),
+        },
+        "iterations_real": int(real["iterations"]),
+        "iterations_sim": int(sim["iterations"]),
+        "iterations_agree": [s[:2] for s in real_steps] == [s[:2] for s in sim_steps],
+    }
+    for name in METRICS:
+        out[f"{name}_error"] = sim[name] / real[name] - 1 if real[name] else 0.0
+    return out
+
+
+def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
+    """Run the workload for real and simulated; the errors (module docstring) and the runs."""
+    profile = load_profile(cfg.profile)
+    device = check_device(cfg.device)
+    if profile.source.get("device") != cfg.device:
+        raise ConfigError(
+            "device", cfg.device, f"the profile was measured on {profile.source.get('device')}"
+        )
+    config, spec = resolve_model(cfg.model, profile.dtype)
+    profile.check_model(spec)
+    profile.check_block_size(cfg.block_size)
+    threads_text = profile.source.get("threads", "1")
+    if not threads_text.isdigit() or int(threads_text) < 1:
+        raise ConfigError("profile.source.threads", threads_text, "must be a thread count >= 1")
+    threads = int(threads_text)
+    max_len = config.max_position
+    sched = _scheduler(cfg, max_len)
+    top = max_len - cfg.max_output_len
+    if cfg.max_prompt_len > top:
+        raise ConfigError(
+            "max_prompt_len", cfg.max_prompt_len, f"prompt + output must fit {max_len} positions"
+        )
+    specs = workload(
+        cfg.num_requests,
+        config.vocab_size,
+        (cfg.min_prompt_len, cfg.max_prompt_len),
+        (cfg.min_output_len, cfg.max_output_len),
+        cfg.request_rate,
+        cfg.seed,
+        cfg.shared_prefix_len,
+    )
+    with torch_threads(threads):
+        clock, _ = device_clock(cfg.device, threads)
+        model = Decoder.random(config, seed=cfg.seed, dtype=DTYPES[profile.dtype], device=device)
+        runs = []
+        for warm in (True, False):  # a warm-up run first: first calls allocate and build
+            engine = build_real_engine(
+                model,
+                specs[:4] if warm else specs,
+                num_gpu_blocks=cfg.num_gpu_blocks,
+                block_size=cfg.block_size,
+                num_cpu_blocks=cfg.num_cpu_blocks,
+                scheduler=sched,
+                enable_prefix_caching=cfg.enable_prefix_caching,
+            )
+            assert isinstance(engine.executor, TorchExecutor)
+            engine.executor.clock = clock
+            recorder = Recorder(engine.executor)
+            engine.executor = recorder
+            runs.append((_metrics(engine), recorder.steps))
+    real, real_steps = runs[-1]
+    costs: dict[str, CostModel] = {
+        "profiled": ProfiledCost(profile, spec, cfg.block_size),
+        "roofline": roofline_of(
+            {
+                "matmul_flops": profile.rates.matmul_flops,
+                "read_bandwidth": profile.rates.read_bandwidth,
+                "copy_bandwidth": profile.rates.copy_bandwidth,
+            },
+            spec,
+            cfg.block_size,
+            profile.rates.roofline_overhead_s,
+        ),
+    }
+    out: dict[str, Any] = {"real": real, "profile_source": dict(profile.source)}
+    for name, cost in costs.items():
+        engine, recorder = _sim(cfg, sched, specs, cost)
+        sim = _metrics(engine)
+        out[f"{name}_sim"] = sim
+        errors = _errors(real, sim, real_steps, recorder.steps, cost)
+        out["summary" if name == "profiled" else "roofline"] = errors
+    return out

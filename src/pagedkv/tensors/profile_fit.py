@@ -1,0 +1,52 @@
+"""Fitting measured operator times into what ``ProfiledCost`` reads (numpy only).
+
+* ``curve``: measured (x, seconds) points -> a ``Curve`` dict: sorted, made nondecreasing (a
+  running maximum: noise must not make more work cost less, and the fast-forward's sums rely on
+  step times that never shrink as contexts grow), with a point at x = 0 extrapolated from the
+  first two (clamped to [0, first]).
+* ``nonnegative_lstsq``: least squares with every coefficient >= 0 (drop the most negative one
+  and refit until none is left; a handful of features, so this simple active set is enough).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def curve(xs: Sequence[int], ys: Sequence[float]) -> dict[str, list[Any]]:
+    pts = sorted(zip((int(x) for x in xs), (float(max(y, 0.0)) for y in ys), strict=True))
+    sums: dict[int, list[float]] = {}
+    for x, y in pts:  # repeated x: their mean
+        sums.setdefault(x, []).append(y)
+    x_out = sorted(sums)
+    y_out = [float(np.mean(sums[x])) for x in x_out]
+    y_out = list(np.maximum.accumulate(np.array(y_out)))
+    if x_out[0] != 0:
+        if len(x_out) >= 2:
+            slope = (y_out[1] - y_out[0]) / (x_out[1] - x_out[0])
+            y0 = min(max(y_out[0] - slope * x_out[0], 0.0), y_out[0])
+        else:
+            y0 = y_out[0]
+        x_out, y_out = [0, *x_out], [y0, *y_out]
+    if len(x_out) == 1:
+        x_out, y_out = [0, 1], [y_out[0], y_out[0]]
+    return {"x": x_out, "y": [float(y) for y in y_out]}
+
+
+def nonnegative_lstsq(features: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:
+    """Coefficients c >= 0 minimising |A c - y| (A: one row of features per measurement)."""
+    a = np.asarray(features, dtype=float)
+    y = np.asarray(target, dtype=float)
+    active = list(range(a.shape[1]))
+    coef = np.zeros(a.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0.0
+            coef[active] = sol
+            break
+        del active[int(np.argmin(sol))]
+    return [float(c) for c in coef]

@@ -1,0 +1,285 @@
+"""The operators ``pagedkv profile`` times (``profiler.py`` fits and writes them): a decoder of
+the model's shapes holding layer 0 and the other layers a real step streams between two runs of
+it (``extra_layers``), and one timing method per term of the profile. Every point is timed until
+its share of the budget is spent (at least 3 runs, the median; one call that spends it alone is
+its timing), each run after the other layers and the lm head ran on one token (``Timer``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.memory.interface import SwapMapping
+from pagedkv.tensors.attention import paged_attention
+from pagedkv.tensors.kv_cache import PagedKVCache
+from pagedkv.tensors.model import Decoder, ModelInput
+from pagedkv.tensors.model_shapes import resolve_model
+from pagedkv.tensors.profile_config import ProfileConfig
+from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+class _NoAttention(Decoder):
+    """The decoder with attention left out (the K/V write kept): the layer's other operators."""
+
+    def _attend(
+        self,
+        i: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        inp: ModelInput,
+        cache: PagedKVCache,
+    ) -> torch.Tensor:
+        cache.write(i, inp.slot_mapping, k.contiguous(), v.contiguous())
+        return q.reshape(q.shape[0], -1)
+
+
+class Timer:
+    """Median of repeated timings, ``flush`` run (untimed) before each."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        per_point_s: float,
+        tick: Callable[[], None],
+        flush: Callable[[], None],
+    ) -> None:
+        self.clock, self.per_point_s, self.tick, self.flush = clock, per_point_s, tick, flush
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        self.flush()
+        start = self.clock()
+        fn()  # warm-up (allocations, the kernel's first build)
+        warm = self.clock() - start
+        if warm >= self.per_point_s:  # one call spends the point's budget: first-call costs
+            self.tick()  # are small beside it (a large layer on a CPU takes seconds)
+            return warm
+        times: list[float] = []
+        while len(times) < 3 or (sum(times) < self.per_point_s and len(times) < 25):
+            self.flush()
+            start = self.clock()
+            fn()
+            times.append(self.clock() - start)
+        self.tick()
+        return statistics.median(times)
+
+
+def _grid(top: int, start: int = 1) -> list[int]:
+    out, x = [], start
+    while x < top:
+        out.append(x)
+        x *= 4 if x >= 64 else 2
+    return [*out, top]
+
+
+EMBEDDING_TOKENS = 256
+"""The embedding is timed up to this many tokens (a gather, linear in them: its curve's last
+line goes on); beyond, a whole forward costs a large model seconds for a small difference."""
+
+CACHE_SCALE = 256 * 2**20
+"""Bytes beyond any CPU or GPU cache: the other layers whose weights a timing streams first."""
+
+
+def extra_layers(layer_bytes: int, num_layers: int, lm_head_bytes: int) -> int:
+    """How many more layers the profiling model holds, so that the layers and lm head run
+    between two timings of layer 0 stream about what the rest of the model streams in a real
+    step, up to ``CACHE_SCALE`` (none if one layer alone is that large)."""
+    if layer_bytes >= CACHE_SCALE:
+        return 0
+    rest = min((num_layers - 1) * layer_bytes + lm_head_bytes, CACHE_SCALE)
+    return min(num_layers - 1, -(-rest // layer_bytes))
+
+
+class OperatorBench:
+    """The one-layer model and its inputs at the profiled shapes."""
+
+    def __init__(
+        self, cfg: ProfileConfig, device: torch.device, clock: Callable[[], float], tick: Any
+    ) -> None:
+        full, self.spec = resolve_model(cfg.model, cfg.dtype)
+        bytes_ = self.spec.dtype_bytes
+        extra = extra_layers(
+            self.spec.layer_params * bytes_, full.num_layers, self.spec.lm_head_params * bytes_
+        )
+        self.config = dataclasses.replace(full, num_layers=1 + extra)
+        self.cfg, self.device = cfg, device
+        self.dtype = DTYPES[cfg.dtype]
+        self.model = Decoder.random(self.config, seed=cfg.seed, dtype=self.dtype, device=device)
+        self.bare = _NoAttention(self.config, self.model.weights, self.model.layers)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.max_len = self.config.max_position
+        self.max_tokens = min(cfg.max_tokens, 4 * self.max_len)
+        self.timer = Timer(clock, cfg.budget_s / max(points(cfg), 1), tick, self._rest)
+        small = self.cache(1, 1)
+        self._rest_input = (self.tokens_input(1, small), small, self.randn(1, full.hidden_size))
+
+    def _rest(self) -> None:
+        """The other layers (without attention) and the lm head on one token: what a real step
+        streams between two runs of one layer's operators (``extra_layers``)."""
+        inp, cache, x = self._rest_input
+        rope = self.bare.rotary(inp) if self.config.arch == "llama" else None
+        for p in self.bare.layers[1:]:
+            if rope is not None:
+                self.bare._llama_layer(0, p, x, inp, cache, rope)
+            else:
+                self.bare._gpt2_layer(0, p, x, inp, cache)
+        self.model.logits(x)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen).to(self.dtype).to(self.device)
+
+    def cache(self, blocks: int, bs: int, cpu_blocks: int = 0, layers: int = 1) -> PagedKVCache:
+        c = self.config
+        cache = PagedKVCache(
+            layers, blocks, bs, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device,
+            num_cpu_blocks=cpu_blocks,
+        )  # fmt: skip
+        for t in (*cache.k_caches, *cache.v_caches):
+            t.copy_(torch.randn(t.shape, generator=self.gen).to(self.dtype))
+        return cache
+
+    def tokens_input(self, t: int, cache: PagedKVCache) -> ModelInput:
+        d = self.device
+        return ModelInput(
+            token_ids=torch.randint(0, self.config.vocab_size, (t,), generator=self.gen).to(d),
+            positions=(torch.arange(t) % self.max_len).to(d),
+            slot_mapping=torch.arange(t).to(d),
+            block_tables=[],
+            context_lens=[],
+            query_lens=[],
+            logits_indices=torch.zeros(0, dtype=torch.long, device=d),
+        )
+
+    # ----- the operators ----------------------------------------------------------------------
+    def linear_and_embedding(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bs = self.cfg.block_sizes[0]
+        held = self.config.num_layers
+        cache = self.cache(-(-self.max_tokens // bs) + 1, bs, layers=held)
+        xs, layer_t, embed_t = [], [], []
+        for t in _grid(self.max_tokens):
+            inp = self.tokens_input(t, cache)
+            x = self.randn(t, self.config.hidden_size) * 0.02
+            p = self.bare.layers[0]
+            if self.config.arch == "llama":
+                rope = self.bare.rotary(inp)
+                layer = self.timer(lambda: self.bare._llama_layer(0, p, x, inp, cache, rope))  # noqa: B023
+            else:
+                layer = self.timer(lambda: self.bare._gpt2_layer(0, p, x, inp, cache))  # noqa: B023
+            xs.append(t)
+            layer_t.append(layer)
+            if t <= EMBEDDING_TOKENS:
+                whole = self.timer(lambda: self.bare(inp, cache))  # noqa: B023
+                embed_t.append(max(whole - held * layer, 0.0))
+        return curve(xs, layer_t), curve(xs[: len(embed_t)], embed_t)
+
+    def lm_head(self) -> dict[str, Any]:
+        xs, ys = [], []
+        for s in _grid(self.cfg.max_seqs):
+            x = self.randn(s, self.config.hidden_size)
+            xs.append(s)
+            ys.append(self.timer(lambda: self.model.logits(x)))  # noqa: B023
+        return curve(xs, ys)
+
+    def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]]) -> float:
+        """Time ``paged_attention`` on sequences of (query, context) over scattered blocks."""
+        bs = cache.block_size
+        order = torch.randperm(cache.num_blocks, generator=self.gen).tolist()
+        tables, used = [], 0
+        for _, ctx in pairs:
+            need = -(-ctx // bs)
+            tables.append(order[used : used + need])
+            used += need
+        c = self.config
+        q = self.randn(sum(n for n, _ in pairs), c.num_heads, c.head_dim)
+        qlens, ctxs = [n for n, _ in pairs], [ctx for _, ctx in pairs]
+        k, v = cache.k_caches[0], cache.v_caches[0]
+        return self.timer(lambda: paged_attention(q, k, v, tables, ctxs, qlens))
+
+    def decode_attention(self, bs: int) -> dict[str, Any]:
+        contexts = [c for c in _grid(self.max_len, 16) if c <= self.max_len]
+        wide = max(self.cfg.max_seqs, 8)
+        # room for the largest batch: ``wide`` short sequences or 8 of the longest
+        cache = self.cache(max(wide * -(-64 // bs), 8 * -(-self.max_len // bs)) + 1, bs)
+        rows, times, at_eight = [], [], []
+        for c in contexts:
+            for n in (2, 8, wide) if c <= 64 else (2, 8):
+                # contexts spread over a block's offsets, as a running batch has them
+                ctxs = [max(c - i % bs, 1) for i in range(n)]
+                t = self.attention(cache, [(1, x) for x in ctxs])
+                rows.append([1.0, float(sum(ctxs)), float(n)])
+                times.append(t)
+                if n == 8:
+                    at_eight.append((sum(ctxs), t))
+        per_seq = nonnegative_lstsq(rows, times)[2]
+        xs = [x for x, _ in at_eight]
+        ys = [t - per_seq * 8 for _, t in at_eight]
+        return {"context": curve(xs, ys), "per_sequence_s": per_seq}
+
+    def prefill_attention(self) -> dict[str, float]:
+        bs = self.cfg.block_sizes[0]
+        top = min(self.max_len, self.max_tokens)
+        cache = self.cache(4 * -(-self.max_len // bs) + 64 * -(-128 // bs) + 1, bs)
+        rows, times = [], []
+        batches: list[list[tuple[int, int]]] = []
+        for q in [x for x in (16, 64, 256, 1024) if x <= top]:
+            for cached in (0, 64, 256, 1024):
+                if q + cached <= self.max_len:
+                    batches.append([(q, q + cached)])
+        ctx = min(128, self.max_len)
+        for m in (2, 8, 32):
+            batches.append([(min(64, top), min(64, top)), *[(1, ctx)] * m])
+        for batch in batches:
+            shape = BatchShape.from_chunks((n, c - n) for n, c in batch)
+            rows.append([1.0, shape.num_seqs, shape.attn_pairs, shape.kv_read_tokens])
+            times.append(self.attention(cache, batch))
+        c = nonnegative_lstsq(rows, times)
+        names = ("per_call_s", "per_sequence_s", "per_pair_s", "per_read_token_s")
+        return dict(zip(names, c, strict=True))
+
+    def swap(self, bs: int) -> dict[str, float]:
+        cache = self.cache(65, bs, cpu_blocks=64)
+        rows, times = [], []
+        for m in (1, 4, 16, 64):
+            maps = [SwapMapping(i, i) for i in range(m)]
+            rows.append([1.0, float(m)])
+            times.append(self.timer(lambda: cache.swap_out(maps)))  # noqa: B023
+        fixed, per_block = nonnegative_lstsq(rows, times)
+        return {"fixed_s": fixed, "per_block_s": per_block}
+
+    def rates(self) -> dict[str, float]:
+        c = self.config
+        src = torch.ones(16 * 2**20, dtype=torch.float32, device=self.device)  # 64 MiB
+        dst = torch.empty_like(src)
+        read = src.numel() * 4 / self.timer(src.sum)
+        copy = src.numel() * 4 / self.timer(lambda: dst.copy_(src))
+        a, b = self.randn(64, c.hidden_size), self.randn(c.hidden_size, c.intermediate_size)
+        flops = 2 * 64 * c.hidden_size * c.intermediate_size / self.timer(lambda: a @ b)
+        return {"matmul_flops": flops, "read_bandwidth": read, "copy_bandwidth": copy}
+
+
+def points(cfg: ProfileConfig) -> int:
+    """How many timings a profile takes (for the progress bar and the per-point budget)."""
+    _, spec = resolve_model(cfg.model, cfg.dtype)
+    top = min(cfg.max_tokens, 4 * spec.max_model_len)
+    contexts = [c for c in _grid(spec.max_model_len, 16) if c <= spec.max_model_len]
+    decode = sum(3 if c <= 64 else 2 for c in contexts)
+    q_top = min(spec.max_model_len, top)
+    prefill = sum(
+        1
+        for q in (16, 64, 256, 1024)
+        if q <= q_top
+        for c in (0, 64, 256, 1024)
+        if q + c <= spec.max_model_len
+    )
+    per_bs = decode + 4  # decode points, swap points
+    tokens = _grid(top)
+    embedding = sum(t <= EMBEDDING_TOKENS for t in tokens)
+    fixed = len(tokens) + embedding + len(_grid(cfg.max_seqs)) + prefill + 3 + 3  # mixed, rates
+    return fixed + per_bs * len(cfg.block_sizes)

@@ -1,0 +1,126 @@
+"""Runs of the real executor that ``profile`` and ``fidelity`` share: a seeded workload, an
+executor wrapper that records every step, the calibration runs, and a roofline of this device
+(``Profile.rates``: achieved rates, so efficiencies 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
+from pagedkv.engine.executor import StepResult, batch_shape
+from pagedkv.engine.gpus import GiB, GPUSpec
+from pagedkv.engine.models import ModelSpec
+from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.tensors.executor import TorchExecutor, build_real_engine
+from pagedkv.tensors.model import Decoder
+from pagedkv.workloads.spec import RequestSpec
+
+
+class Recorder:
+    """Wraps an executor: each step's shape, swapped blocks and duration; ``before`` runs
+    ahead of each step, outside its duration."""
+
+    def __init__(self, inner: Any, before: Callable[[], None] | None = None) -> None:
+        self.inner = inner
+        self.before = before
+        self.steps: list[tuple[BatchShape, int, float]] = []
+
+    def execute(self, batch: SchedulerOutput) -> StepResult:
+        if self.before is not None:
+            self.before()
+        result: StepResult = self.inner.execute(batch)
+        swapped = len(batch.swap_out) + len(batch.swap_in)
+        self.steps.append((batch_shape(batch), swapped, result.duration))
+        return result
+
+
+def workload(
+    n: int,
+    vocab: int,
+    prompt: tuple[int, int],
+    output: tuple[int, int],
+    rate: float,
+    seed: int,
+    shared_prefix: int = 0,
+) -> list[RequestSpec]:
+    """``n`` requests, lengths uniform in the (inclusive) ranges, Poisson arrivals at ``rate``
+    (0: all at t = 0), random token ids; each prompt starts with ``shared_prefix`` common ids."""
+    rng = np.random.default_rng(seed)
+    prefix = tuple(int(t) for t in rng.integers(0, vocab, shared_prefix))
+    t, out = 0.0, []
+    for i in range(n):
+        if rate > 0:
+            t += float(rng.exponential(1.0 / rate))
+        p = int(rng.integers(prompt[0], prompt[1] + 1))
+        o = int(rng.integers(output[0], output[1] + 1))
+        body = tuple(int(x) for x in rng.integers(0, vocab, max(p - len(prefix), 0)))
+        ids = (prefix + body)[: max(p, 1)]
+        out.append(RequestSpec(i, len(ids), o, arrival_time=round(t, 6), token_ids=ids))
+    return out
+
+
+def calibration_steps(
+    model: Decoder,
+    block_size: int,
+    clock: Callable[[], float],
+    seed: int,
+) -> list[tuple[BatchShape, float]]:
+    """(shape, measured seconds) of every step of two short runs on ``model`` (after a warm-up
+    run: first calls allocate and build): all arrivals at
+    once (prefill batches, then decodes), and chunked prefill under a small token budget (mixed
+    batches). Their workloads are seeded apart from any evaluated one (``seed + 1000``)."""
+    max_len = model.config.max_position
+    prompt = (8, max(8, min(128, max_len // 2)))
+    output = (4, max(4, min(32, max_len // 4)))
+    runs = [
+        SchedulerConfig(max_model_len=max_len),
+        SchedulerConfig(
+            max_model_len=max_len,
+            enable_chunked_prefill=True,
+            max_num_batched_tokens=64,
+            max_num_seqs=16,
+        ),
+    ]
+    steps: list[tuple[BatchShape, float]] = []
+    for i, sched in enumerate([runs[0], *runs]):  # the first run warms up, and is dropped
+        n = 4 if i == 0 else 12
+        specs = workload(n, model.config.vocab_size, prompt, output, 0.0, seed + 1000 + i)
+        need = sum(-(-(s.prompt_len + s.output_len) // block_size) for s in specs)
+        engine = build_real_engine(
+            model, specs, num_gpu_blocks=need + 1, block_size=block_size, scheduler=sched
+        )
+        assert isinstance(engine.executor, TorchExecutor)
+        engine.executor.clock = clock
+        recorder = Recorder(engine.executor)
+        engine.executor = recorder
+        engine.run()
+        if i > 0:
+            steps += [(shape, seconds) for shape, _, seconds in recorder.steps]
+    return steps
+
+
+def roofline_of(
+    rates: dict[str, float], model: ModelSpec, block_size: int, overhead: float
+) -> RooflineCost:
+    """Today's roofline on the profiled device: its achieved rates as the peaks."""
+    gpu = GPUSpec(
+        "profiled-device",
+        64 * GiB,
+        rates["matmul_flops"],
+        rates["read_bandwidth"],
+        rates["copy_bandwidth"],
+    )
+    cfg = RooflineConfig(
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        pcie_efficiency=1.0,
+        step_overhead_s=overhead,
+        swap_block_overhead_s=0.0,
+        block_size=block_size,
+    )
+    return RooflineCost(gpu, model, 1, cfg)

@@ -1,0 +1,75 @@
+"""Synthetic operator profiles for the tests (random, seeded; no measurement behind them)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from pagedkv.engine.models import ModelSpec
+from pagedkv.engine.profile import SHAPE_FIELDS, Profile
+
+
+def _curve(rng: random.Random, scale: float, xs: list[int]) -> dict[str, list[Any]]:
+    y = rng.uniform(0, scale)
+    ys = []
+    for _ in xs:
+        ys.append(y)
+        y += rng.choice([0.0, rng.uniform(0, scale)])
+    return {"x": xs, "y": ys}
+
+
+def _points(rng: random.Random, top: int) -> list[int]:
+    inner = sorted(rng.sample(range(1, top), rng.randint(1, 6)))
+    return [0, *inner]
+
+
+def profile_dict(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> dict[str, Any]:
+    """A valid profile of ``model``'s shapes at ``block_sizes``, with random nondecreasing
+    curves whose points fall inside the windows the engine builds."""
+    rng = random.Random(seed)
+    dtype = {2: "bfloat16", 4: "float32", 8: "float64"}[model.dtype_bytes]
+    return {
+        "format": "pagedkv-profile",
+        "version": 1,
+        "source": {"device": "synthetic", "date": "2026-01-01T00:00:00Z"},
+        "model": {
+            "name": model.name,
+            "arch": "test",
+            **{f: getattr(model, f) for f in SHAPE_FIELDS},
+        },
+        "dtype": dtype,
+        "block_sizes": block_sizes,
+        "per_iteration_s": rng.uniform(1e-4, 3e-3),
+        "per_sequence_s": rng.uniform(0, 1e-5),
+        "per_token_s": rng.uniform(0, 1e-6),
+        "embedding": _curve(rng, 1e-5, _points(rng, 600)),
+        "linear": _curve(rng, 3e-4, _points(rng, 600)),
+        "lm_head": _curve(rng, 1e-4, _points(rng, 60)),
+        "prefill_attention": {
+            "per_call_s": rng.uniform(0, 1e-5),
+            "per_sequence_s": rng.uniform(0, 1e-5),
+            "per_pair_s": rng.uniform(0, 1e-9),
+            "per_read_token_s": rng.uniform(0, 1e-8),
+        },
+        "decode_attention": {
+            str(bs): {
+                "context": _curve(rng, 1e-4, _points(rng, 4000)),
+                "per_sequence_s": rng.uniform(0, 1e-6),
+            }
+            for bs in block_sizes
+        },
+        "swap": {
+            str(bs): {"fixed_s": rng.uniform(0, 1e-5), "per_block_s": rng.uniform(0, 1e-5)}
+            for bs in block_sizes
+        },
+        "rates": {
+            "matmul_flops": 1e11,
+            "read_bandwidth": 1e10,
+            "copy_bandwidth": 1e10,
+            "roofline_overhead_s": 1e-3,
+        },
+    }
+
+
+def synthetic_profile(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> Profile:
+    return Profile.from_dict(profile_dict(model, block_sizes, seed))

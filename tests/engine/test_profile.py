@@ -1,0 +1,125 @@
+"""The profile file: round-trips, and a bad or mismatched one is one error naming the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from pagedkv.engine.models import get_model
+from pagedkv.engine.profile import Curve, Profile, load_profile
+from pagedkv.errors import ConfigError
+from tests.engine.profiles import profile_dict
+
+OPT = get_model("OPT-13B")
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), sizes=st.lists(st.integers(1, 64), min_size=1, unique=True))
+def test_round_trip(seed: int, sizes: list[int]) -> None:
+    data = profile_dict(OPT, sizes, seed)
+    profile = Profile.from_dict(data)
+    again = Profile.from_dict(json.loads(json.dumps(profile.to_dict())))
+    assert again == profile
+    assert again.to_dict() == data
+
+
+def test_write_and_load(tmp_path: Path) -> None:
+    profile = Profile.from_dict(profile_dict(OPT, [16], 3))
+    path = profile.write(tmp_path / "p.json")
+    assert load_profile(path) == profile
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    xs=st.lists(st.integers(1, 5000), min_size=1, max_size=8, unique=True),
+    steps=st.lists(st.floats(0, 1), min_size=9, max_size=9),
+    at=st.integers(0, 5000),
+)
+def test_curve_interpolates_between_points(xs: list[int], steps: list[float], at: int) -> None:
+    x = [0, *sorted(xs)]
+    y = list(np.cumsum(steps[: len(x)]))
+    curve = Curve(tuple(x), tuple(float(v) for v in y)).check("c")
+    if at <= x[-1]:
+        assert curve.at(at) == pytest.approx(float(np.interp(at, x, y)), abs=1e-12)
+    else:  # the last line goes on
+        slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+        assert curve.at(at) == pytest.approx(y[-1] + slope * (at - x[-1]), abs=1e-12)
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    for k in keys[:-1]:
+        data = data[k]
+    if value is _DELETE:
+        del data[keys[-1]]
+    else:
+        data[keys[-1]] = value
+
+
+_DELETE = object()
+BAD = [
+    ("format", "other", "profile.format"),
+    ("version", 2, "profile.version"),
+    ("per_iteration_s", 0.0, "profile.per_iteration_s"),
+    ("per_sequence_s", -1.0, "profile.per_sequence_s"),
+    ("per_token_s", "fast", "profile.per_token_s"),
+    ("dtype", "int4", "profile.dtype"),
+    ("block_sizes", [], "profile.block_sizes"),
+    ("block_sizes", [16, 0], "profile.block_sizes[1]"),
+    ("model.hidden_size", 0, "profile.model.hidden_size"),
+    ("linear.x", [1, 2], "profile.linear.x"),
+    ("linear.x", [0, 5, 5], "profile.linear.x"),
+    ("linear.y", [2.0, 1.0], "profile.linear.y"),
+    ("lm_head", [1, 2], "profile.lm_head"),
+    ("prefill_attention.per_pair_s", float("nan"), "profile.prefill_attention.per_pair_s"),
+    ("prefill_attention.extra", 1.0, "profile.prefill_attention.extra"),
+    ("decode_attention.16.per_sequence_s", None, "profile.decode_attention.16.per_sequence_s"),
+    ("decode_attention.32", {}, "profile.decode_attention.32"),
+    ("swap.16.fixed_s", -1, "profile.swap.16.fixed_s"),
+    ("rates.matmul_flops", 0, "profile.rates.matmul_flops"),
+    ("source", {"device": 1}, "profile.source"),
+    ("surprise", 1, "profile.surprise"),
+    ("embedding", _DELETE, "profile.embedding"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field"), BAD)
+def test_bad_profile_names_the_field(path: str, value: Any, field: str) -> None:
+    data = copy.deepcopy(profile_dict(OPT, [16], 1))
+    if path == "linear.x":
+        data["linear"]["y"] = [0.0] * len(value)
+    if path == "linear.y":
+        data["linear"]["x"] = [0, 10]
+    _set(data, path, value)
+    with pytest.raises(ConfigError) as err:
+        Profile.from_dict(data)
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_mismatched_model_and_block_size() -> None:
+    profile = Profile.from_dict(profile_dict(OPT, [16], 1))
+    with pytest.raises(ConfigError) as err:
+        profile.check_model(get_model("OPT-66B"))
+    assert err.value.field.startswith("profile.model.")
+    with pytest.raises(ConfigError) as err:
+        profile.check_block_size(8)
+    assert err.value.field == "block_size"
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]"])
+def test_load_rejects_bad_files(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert err.value.field == "profile"
+    with pytest.raises(ConfigError):
+        load_profile(tmp_path / "missing.json")

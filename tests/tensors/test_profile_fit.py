@@ -1,0 +1,57 @@
+"""Fitting measured times: curves come out valid for the cost model, coefficients >= 0."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+from hypothesis import given, settings
+
+from pagedkv.engine.profile import Curve
+from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(st.integers(0, 10**5), st.floats(-1e-3, 1.0, allow_nan=False)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_fitted_curve_is_valid_and_never_below_a_measurement(
+    points: list[tuple[int, float]],
+) -> None:
+    """Valid for the cost model (from 0, increasing x, nondecreasing y >= 0); at each measured
+    x at least the mean measured there; at the last one the largest of those means."""
+    xs, ys = zip(*points, strict=True)
+    fitted = curve(list(xs), list(ys))
+    c = Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid
+    means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
+    for x, m in means.items():
+        assert c.at(x) >= m - 1e-12
+    assert np.isclose(c.at(max(xs)), max(means.values()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    coef=st.lists(st.floats(0, 10), min_size=1, max_size=4),
+    rows=st.integers(6, 30),
+    seed=st.integers(0, 1000),
+)
+def test_nonnegative_lstsq_recovers_nonnegative_coefficients(
+    coef: list[float], rows: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.1, 1.0, (rows, len(coef)))
+    y = a @ np.array(coef)
+    got = nonnegative_lstsq(a.tolist(), y.tolist())
+    assert all(c >= 0 for c in got)
+    assert np.allclose(a @ np.array(got), y, atol=1e-6 * (1 + np.abs(y).max()))
+
+
+def test_nonnegative_lstsq_drops_a_negative_coefficient() -> None:
+    a = [[1.0, float(x)] for x in range(10)]
+    y = [5.0 - 0.1 * x for x in range(10)]  # the best slope is negative
+    intercept, slope = nonnegative_lstsq(a, y)
+    assert slope == 0.0
+    assert intercept > 0
