@@ -26,7 +26,8 @@ from pagedkv.experiments.framework import ExperimentResult
 from pagedkv.experiments.verdict import Favour, Measurement, Target, describe_range, verdict_each
 from pagedkv.io import atomic_write_json, atomic_write_text, output_set
 from pagedkv.report import stats
-from pagedkv.validation import JsonShape, check_json_shape, read_text
+from pagedkv.report.html import RESULTS_SHAPE  # the experiments' schema, defined once
+from pagedkv.validation import check_json_shape, read_text
 
 EVIDENCE = (
     "fragmentation",
@@ -91,7 +92,7 @@ def load_result(path: Path) -> ExperimentResult:
     except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
         where = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
         raise ConfigError(str(path), _clip(text), f"must be JSON ({where})") from None
-    check_json_shape(str(path), data, RESULT_SHAPE, required=True)
+    check_json_shape(str(path), data, RESULTS_SHAPE, required=True)
     cols = data["columns"]
     if "seed" not in cols:
         raise ConfigError(f"{path}: columns", _clip(repr(cols)), "must name a 'seed' column")
@@ -110,16 +111,6 @@ def load_result(path: Path) -> ExperimentResult:
     )
 
 
-RESULT_SHAPE: JsonShape = {
-    "experiment": (str, None),
-    "title": (str, None),
-    "question": (str, None),
-    "setup": (dict, None),
-    "columns": (list, str),
-    "rows": (list, dict),
-    "summary": (list, dict),
-    "findings": (list, None),
-}
 """What ``load_result`` reads of a results.json: every key required."""
 
 
