@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -158,22 +157,6 @@ def alarm(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def known_divergence(flat: Flat, summary: dict[str, Any]) -> bool:
-    """A known gap of the fast path (engine/fast_forward.py, reported to the engine's owner):
-    with prefix caching, a running request's newly keyed blocks can make a swapped request's
-    swap-in cheaper (its cached blocks cost no free block) in the middle of a decode window,
-    and the window does not end there, so the reference resumes it rounds earlier
-    (tests/test_fuzz_known.py)."""
-    return bool(flat.get("enable_prefix_caching")) and summary["swap_outs"] > 0
-
-
-def _close(a: object, b: object) -> bool:
-    """``same``'s equality for one field (floats to 1e-9 relative: sums in closed form)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return a == b
-
-
 def run_both(flat: Flat) -> tuple[Any, Any] | None:
     """Both runs of ``flat``, or None when it is refused with a ConfigError."""
     flat = dict(flat)
@@ -211,13 +194,8 @@ def check(flat: Flat) -> None:
     event(f"ran: {flat['scheduler']}, {flat['workload']}")
     if fast.summary["deadlocked"]:
         event("deadlock reported")
-    try:
-        same(fast.summary, ref.summary)
-        same(fast.requests, ref.requests)
-    except AssertionError:
-        if not known_divergence(flat, ref.summary):
-            raise
-        event("known divergence: a swap-in made cheaper by prefix caching inside a window")
+    same(fast.summary, ref.summary)
+    same(fast.requests, ref.requests)
     assert len(fast.requests) <= MAX_REQUESTS * 3  # samples_as_requests: n <= 3 each
 
 

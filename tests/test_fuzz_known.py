@@ -1,10 +1,7 @@
-"""What the fuzz (tests/test_fuzz_configs.py) found, each as a minimal reproducer: fixed bugs
-stay as regression tests; a gap still open is marked strict xfail, so that its fix makes it
-fail here, to be unmarked together with its filter in the fuzz (``known_divergence``)."""
+"""What the fuzz (tests/test_fuzz_configs.py) found, each as a minimal reproducer, kept as a
+regression test now that each is fixed."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.engine.test_fast_forward import same
 from tests.test_fuzz_configs import run_both
@@ -33,13 +30,13 @@ def test_chunked_budget_below_a_prompt_of_one_output_token() -> None:
     assert fast.requests[0]["first_token_time"] is not None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known: fast-forward window end")
 def test_a_swap_in_made_cheaper_by_prefix_caching_inside_a_window() -> None:
-    """The fuzz's second known gap, as it found it: pairs of equal requests (two samples run
+    """Once a gap of the fast path, as the fuzz found it: pairs of equal requests (two samples run
     as requests), prefix caching, swap preemption. At t = 27 request 10 decodes while its twin
     11 is swapped out; each block 10 fills gets the key of one of 11's swapped blocks, so
     11's swap-in needs fewer free blocks each round. The reference resumes 11 before t = 38;
-    the fast path runs 10 alone through one window to t = 38 (mean_running 3.0 vs 3.025)."""
+    the fast path ran 10 alone through one window to t = 38 (mean_running 3.0 vs 3.025). With
+    prefix caching and a request queued, the fast path now steps round by round."""
     flat = {
         "workload": "shared-prefix",
         "seed": 0,

@@ -91,6 +91,7 @@ def test_watermark_defaults_to_zero_for_vllm_v1_only() -> None:
     [
         ({"enable_prefix_caching": True, "eviction_policy": "lfu"}, "eviction_policy"),
         ({"num_gpu_blocks": 1}, "num_gpu_blocks"),
+        ({"enable_pinned_prefixes": True, "workload": "shared-prefix", "prefix_len": 8}, "pinned"),
     ],
 )
 def test_what_vllm_v1_cannot_do_is_one_config_error(flat: dict[str, object], field: str) -> None:

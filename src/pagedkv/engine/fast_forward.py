@@ -66,6 +66,11 @@ class FastForward:
             return
         eng = self.engine
         sched = eng.scheduler
+        if sched.has_queued() and _caches_prefixes(sched.kv):
+            # Decoding requests key new blocks every block_size rounds, and a waiting or
+            # swapped request may hit them: its admission or swap-in gets cheaper within what
+            # a window assumes is a run of identical rounds. Step round by round instead.
+            return
         while True:
             if cohort.plain(eng):  # one lazy window through every finish and arrival to come
                 run = cohort.Cohort(eng, self.cost, self.prices)
@@ -232,3 +237,8 @@ class FastForward:
         eng.finish(finished)
         if eng.check_integrity:
             kv.check_integrity()
+
+
+def _caches_prefixes(kv: object) -> bool:
+    config = getattr(kv, "config", None)
+    return bool(getattr(config, "enable_prefix_caching", False))

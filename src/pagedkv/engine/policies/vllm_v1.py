@@ -65,7 +65,14 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
 
     @classmethod
     def check_memory(cls, cache: CacheConfig, config: SchedulerConfig) -> None:
-        """vLLM's free queue only (lru), and at least one block beside the null block."""
+        """vLLM's free queue only (lru), at least one block beside the null block, and no
+        pinned prefixes (vLLM has no such thing: its sharing is prefix caching)."""
+        if cache.enable_pinned_prefixes:
+            raise ConfigError(
+                "enable_pinned_prefixes",
+                True,
+                "vllm-v1 shares prefixes as vLLM does, by prefix caching (--enable-prefix-caching)",
+            )
         if cache.enable_prefix_caching and cache.eviction_policy is not EvictionPolicy.LRU:
             raise ConfigError(
                 "eviction_policy",
