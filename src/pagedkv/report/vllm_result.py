@@ -106,8 +106,16 @@ def vllm_result(
     ``requests`` of ``SimulationResult``), each one's output token times (``token_times``)
     and its simulated time. The formulas: the module's docstring."""
     config = config or VllmResultConfig()
-    ttfts, tpots, all_tpots, itls, e2els = [], [], [], [], []
-    input_lens, output_lens, req_ttfts, req_itls, errors = [], [], [], [], []
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    all_tpots: list[float] = []  # with 0 for a one-token request (goodput's)
+    itls: list[float] = []
+    e2els: list[float] = []
+    input_lens: list[int] = []
+    output_lens: list[int] = []
+    req_ttfts: list[float] = []
+    req_itls: list[list[float]] = []
+    errors: list[str] = []
     total_input = 0
     for r in requests:
         input_lens.append(r["prompt_len"])
