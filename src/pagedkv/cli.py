@@ -50,16 +50,18 @@ Every option is also a key of --config FILE.yaml (block_size: 16); flags given o
 line override the file. Unset options keep pagedkv.simulate's defaults.
 
 --json - writes the JSON on standard output (the table then goes to stderr).
+--save-result FILE writes vllm bench serve's result file (docs/vllm-results.md).
 
 exit codes (all of them: pagedkv --help):
   {EXIT_OK}  the run finished
-  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line, an unwritable --json);
-     nothing is written
+  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line, an unwritable --json or
+     --save-result); nothing is written
   {EXIT_DEADLOCK}  the run deadlocked: the stuck requests are named on stderr, and --json is
      still written, complete, with summary.deadlocked = true and summary.stuck_requests
   {EXIT_SERVED_NOTHING}  the run served nothing (every request rejected, or none given): the
      reasons on stderr; --json is still written
-  {EXIT_WRITE_FAILED}  --json could not be written after the run (a full disk): one line names it
+  {EXIT_WRITE_FAILED}  --json or --save-result could not be written after the run (a full disk):
+     one line names it
 """
 
 
