@@ -96,6 +96,7 @@ def make_engine(
     trace_steps: bool = False,
     watermark: float = 0.01,
     prefix_caching: bool = False,
+    token_times: bool = False,
 ) -> Engine:
     """An engine over a simulated executor, with integrity checked after every iteration."""
     seqs: dict[str, Any] = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
@@ -124,4 +125,5 @@ def make_engine(
         check_integrity=True,
         reference=reference,
         trace_steps=trace_steps,
+        token_times=token_times,
     )

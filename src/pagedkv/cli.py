@@ -50,16 +50,18 @@ Every option is also a key of --config FILE.yaml (block_size: 16); flags given o
 line override the file. Unset options keep pagedkv.simulate's defaults.
 
 --json - writes the JSON on standard output (the table then goes to stderr).
+--save-result FILE writes vllm bench serve's result file (docs/vllm-results.md).
 
 exit codes (all of them: pagedkv --help):
   {EXIT_OK}  the run finished
-  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line, an unwritable --json);
-     nothing is written
+  {EXIT_BAD_INPUT}  bad input (an option, the YAML file, a trace line, an unwritable --json or
+     --save-result); nothing is written
   {EXIT_DEADLOCK}  the run deadlocked: the stuck requests are named on stderr, and --json is
      still written, complete, with summary.deadlocked = true and summary.stuck_requests
   {EXIT_SERVED_NOTHING}  the run served nothing (every request rejected, or none given): the
      reasons on stderr; --json is still written
-  {EXIT_WRITE_FAILED}  --json could not be written after the run (a full disk): one line names it
+  {EXIT_WRITE_FAILED}  --json or --save-result could not be written after the run (a full disk):
+     one line names it
 """
 
 
@@ -223,12 +225,72 @@ def _load_config(args: argparse.Namespace) -> Any:
         raise ConfigError("config", args.config, f"must be valid YAML ({problem})") from None
 
 
+def _result_format(args: argparse.Namespace) -> Any:
+    """The ``VllmResultConfig`` of ``--save-result``'s flags (None without it); a flag of it
+    given alone is an error, as is a bad value."""
+    from pagedkv.report.vllm_result import (
+        DEFAULT_METRIC_PERCENTILES,
+        DEFAULT_PERCENTILE_METRICS,
+        VllmResultConfig,
+    )
+
+    given = {
+        "--percentile-metrics": args.percentile_metrics,
+        "--metric-percentiles": args.metric_percentiles,
+        "--goodput": args.goodput,
+    }
+    if args.save_result is None:
+        for flag, value in given.items():
+            if value is not None:
+                raise ConfigError(flag, value, "is read only with --save-result FILE")
+        return None
+    return VllmResultConfig.from_flags(
+        args.percentile_metrics or DEFAULT_PERCENTILE_METRICS,
+        args.metric_percentiles or DEFAULT_METRIC_PERCENTILES,
+        args.goodput,
+    )
+
+
+def _add_save_result_flags(parser: argparse.ArgumentParser) -> None:
+    """``vllm bench serve``'s result file and the flags that shape it (vLLM's names)."""
+    from pagedkv.report.vllm_result import DEFAULT_METRIC_PERCENTILES as PERCENTILES
+    from pagedkv.report.vllm_result import DEFAULT_PERCENTILE_METRICS as METRICS
+
+    group = parser.add_argument_group("vllm bench serve result (docs/vllm-results.md)")
+    group.add_argument(
+        "--save-result",
+        metavar="FILE",
+        help="Also write the run as vllm bench serve's result JSON (its keys and units; "
+        "records every output token's time; - for standard output).",
+    )
+    group.add_argument(
+        "--percentile-metrics",
+        metavar="LIST",
+        help=f"Metrics given mean/median/std/percentile keys, comma-separated of "
+        f"ttft,tpot,itl,e2el (default {METRICS}).",
+    )
+    group.add_argument(
+        "--metric-percentiles",
+        metavar="LIST",
+        help=f"Percentiles of those metrics, comma-separated (default {PERCENTILES}).",
+    )
+    group.add_argument(
+        "--goodput",
+        metavar="KEY:VALUE",
+        nargs="+",
+        help="SLOs in ms for request_goodput, keys ttft, tpot, e2el (e.g. ttft:200 tpot:50).",
+    )
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from pagedkv.io import atomic_write_json, check_output_file, is_stdout
     from pagedkv.report.summary import summary_table
     from pagedkv.simulation import simulate
 
     config = _load_config(args)
+    result_format = _result_format(args)
+    if args.save_result:
+        check_output_file("--save-result", args.save_result)
     if args.json:
         check_output_file("--json", args.json)
     from pagedkv.engine.models import get_model
@@ -237,13 +299,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(f"pagedkv: note: {note}", file=sys.stderr)
     bar = _ProgressBar(enabled=not args.quiet)
     try:
-        result = simulate(config, progress=bar)
+        result = simulate(config, progress=bar, token_times=result_format is not None)
     finally:
         bar.close()
     if not args.quiet:  # first: a --json that cannot be written then loses less
-        _console(stderr=is_stdout(args.json)).print(summary_table(result.config, result.summary))
+        to_stderr = is_stdout(args.json) or is_stdout(args.save_result)
+        _console(stderr=to_stderr).print(summary_table(result.config, result.summary))
     if args.json:
         atomic_write_json(args.json, result.to_dict())
+    if result_format is not None:
+        from pagedkv.report.vllm_result import simulation_vllm_result
+
+        atomic_write_json(args.save_result, simulation_vllm_result(result, result_format))
     if result.summary["deadlocked"]:
         stuck = result.summary["stuck_requests"]
         print(
@@ -309,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--quiet", action="store_true", help="Print no summary table and no progress bar."
     )
+    _add_save_result_flags(simulate)
     _add_simulate_flags(simulate)
     simulate.set_defaults(func=_cmd_simulate)
     for name in COMMAND_MODULES:

@@ -296,6 +296,9 @@ class SimulationResult:
     summary: dict[str, Any]
     requests: list[dict[str, Any]]
     steps: list[dict[str, Any]]
+    token_times: dict[int, list[float]] | None = None
+    """With ``simulate(..., token_times=True)``: request id -> each output token's time
+    (``pagedkv.report.vllm_result`` reads it); not part of ``to_dict``."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {"config": self.config, "summary": self.summary, "requests": self.requests}
@@ -386,7 +389,9 @@ def check_buildable(config: SimulationConfig, checked: set[WorkloadConfig] | Non
         checked.add(config.workload)
 
 
-def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> Engine:
+def build_engine(
+    config: SimulationConfig, *, check_integrity: bool = False, token_times: bool = False
+) -> Engine:
     hw, sched = config.hardware, config.scheduler
     cache, cost = engine_parts(config)
     policy = SCHEDULERS[sched.scheduler]
@@ -406,6 +411,7 @@ def build_engine(config: SimulationConfig, *, check_integrity: bool = False) -> 
         check_integrity=check_integrity,
         reference=config.reference or windowed,
         trace_steps=config.trace_steps,
+        token_times=token_times,
     )
     if hw.enable_pinned_prefixes:  # explicit sharing: pin the prefixes, prefill them at t = 0
         check_policy(sched.scheduler, kv)
@@ -449,9 +455,12 @@ def simulate(
     *,
     check_integrity: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    token_times: bool = False,
 ) -> SimulationResult:
-    """Run one simulation. ``progress(done, total)`` is called as requests end."""
-    engine = build_engine(config, check_integrity=check_integrity)
+    """Run one simulation. ``progress(done, total)`` is called as requests end.
+    ``token_times``: also record when each output token is sampled (``result.token_times``,
+    for inter-token latencies; it costs work per token, see docs/vllm-results.md)."""
+    engine = build_engine(config, check_integrity=check_integrity, token_times=token_times)
     engine.progress = progress
     run = engine.run()
     summary = summarize(run.requests, run.totals, run.sim_time, engine.scheduler.kv.capacity)
@@ -469,4 +478,5 @@ def simulate(
         summary=summary,
         requests=[request_record(r) for r in run.requests],
         steps=[step_dict(s) for s in run.steps],
+        token_times=engine.token_times,
     )

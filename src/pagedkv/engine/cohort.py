@@ -54,8 +54,9 @@ _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
-    request waits or is swapped out."""
+    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), no
+    request waits or is swapped out, and no per-token times are asked for (a cohort never
+    visits a member between its join and its finish)."""
     sched = engine.scheduler
     kv = sched.kv
     return (
@@ -65,6 +66,7 @@ def plain(engine: Engine) -> bool:
         and not sched.has_token_ids
         and not engine.followups
         and kv.all_blocks_private
+        and engine.token_times is None
     )
 
 

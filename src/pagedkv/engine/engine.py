@@ -58,6 +58,7 @@ class Engine:
         check_integrity: bool = False,
         trace_steps: bool = False,
         reference: bool = False,
+        token_times: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.executor = executor
@@ -84,6 +85,10 @@ class Engine:
         fast = type(scheduler).decides_at_events and not (reference or trace_steps)
         self.fast_forward = FastForward(self) if fast else None
         self.progress: Callable[[int, int], None] | None = None  # (ended, total)
+        # With ``token_times``: request id -> the time each output token was sampled (the end
+        # of the step that computed it), for inter-token latencies. Off by default: a run
+        # then does no per-token work, and the decode cohort (which has none) may run.
+        self.token_times: dict[int, list[float]] | None = {} if token_times else None
         self.now = 0.0
         self.totals = StepTotals()
         self._ended = 0
@@ -197,6 +202,8 @@ class Engine:
             req.num_computed_tokens += chunk.num_new_tokens
             if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
                 req.num_output_tokens += 1
+                if self.token_times is not None:
+                    self._stamp(req)
                 if sampled is not None:
                     for seq_id in req.seq_ids:
                         req.outputs_of(seq_id).append(sampled[seq_id])
@@ -209,6 +216,19 @@ class Engine:
                     finished.append(req)
         self.finish(finished)
         return bool(finished)
+
+    def _stamp(self, req: Request) -> None:
+        """Record that ``req`` sampled its latest output token now. A group restarted by a
+        recompute samples its tokens again: they replace the old ones from the second on (its
+        first token was streamed already, as ``first_token_time`` keeps)."""
+        assert self.token_times is not None
+        times = self.token_times.setdefault(req.request_id, [])
+        m = req.num_output_tokens
+        if m == 1 and times:
+            del times[1:]
+        else:
+            del times[m - 1 :]
+            times.append(self.now)
 
     def finish(self, finished: list[Request]) -> None:
         for req in finished:

@@ -216,6 +216,11 @@ class FastForward:
                 None if r.n > 1 else i for r, i in zip(running, ids, strict=True) for _ in r.seq_ids
             ]
         kv.append_slots_all(seq_ids, k, ids)
+        if eng.token_times is not None:  # round i's token is sampled at now + sum_{j<i} d_j
+            start = eng.now
+            stamps = [start + t for t in curve.totals(list(range(1, k + 1)))]
+            for r in running:
+                eng.token_times.setdefault(r.request_id, []).extend(stamps)
         finished = []
         for r in running:
             r.num_computed_tokens += k
