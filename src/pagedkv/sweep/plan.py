@@ -40,8 +40,9 @@ class TargetResult:
     replicas: int | None
     """The fewest replicas that met the SLOs at rate / replicas, one fewer having failed (or
     1); None when no count up to the search's cap did."""
-    guess: int
-    """``ceil(rate / sustained rate)``, where the replica search started."""
+    guess: int | None
+    """``ceil(rate / sustained rate)``, where the replica search started (None: no search, the
+    candidate sustained no rate)."""
     probes: list[tuple[int, bool]]
     slo_values: dict[str, float]
     """Each SLO metric at rate / replicas, the worst over seeds."""
@@ -60,7 +61,7 @@ class CandidateResult:
     """Each SLO metric at max_rate, the worst over seeds."""
     error: str | None
     target: TargetResult | None = None
-    """The replicas at the plan's target rate (None: the plan has none, or no rate passed)."""
+    """The replicas at the plan's target rate (None: the plan has none)."""
 
     @property
     def replicas(self) -> int | None:
@@ -101,7 +102,7 @@ class CandidateResult:
         t = self.target
         if t is not None and t.error is not None:
             return f"error at the target rate: {t.error}"
-        if t is not None and t.replicas is None:
+        if t is not None and t.replicas is None and t.guess is not None:
             return f"no replica count up to {t.guess + MAX_EXTRA_REPLICAS} meets the SLOs"
         return "capped at rate_high" if self.capped else "ok"
 
@@ -196,7 +197,7 @@ def _replicas(
     rounds: _Rounds,
 ) -> dict[Candidate, TargetResult]:
     """The replica search of every candidate that sustained some rate, in rounds like the
-    rate search."""
+    rate search; the others get no count (every candidate gets the target's columns)."""
     assert spec.target_rate is not None
     found = {
         c: ReplicaSearch.start(spec.target_rate, s.passed, s.failed)
@@ -215,7 +216,7 @@ def _replicas(
             c, k = by_rate[key]
             found[c].record(k, probe_passes(metrics, spec.slo))
             at_k[(c, k)] = metrics
-    out = {}
+    out = {c: TargetResult(spec.target_rate, None, None, [], {}, None) for c in searches}
     for c, r in found.items():
         k = r.replicas
         metrics = at_k.get((c, k), []) if k is not None else []
