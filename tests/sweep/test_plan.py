@@ -14,8 +14,10 @@ import pytest
 from pagedkv.cli import main
 from pagedkv.errors import ConfigError
 from pagedkv.simulation import SimulationConfig, simulate
-from pagedkv.sweep.plan import CandidateResult, probe_passes, run_plan
+from pagedkv.sweep.plan import CandidateResult, TargetResult, probe_passes, run_plan
+from pagedkv.sweep.plan_output import write_plan
 from pagedkv.sweep.plan_spec import PlanSpec
+from pagedkv.sweep.replicas import MAX_EXTRA_REPLICAS
 from pagedkv.sweep.table import flatten_summary
 
 SMALL_PLAN: dict[str, Any] = {
@@ -183,3 +185,187 @@ def test_cli_plan_set_with_bad_yaml_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("pagedkv: error: --set: got ")
     assert err.count("\n") == 1
+
+
+TARGET_PLAN: dict[str, Any] = {**SMALL_PLAN, "seeds": 1, "tolerance": 0.3}
+
+
+@pytest.fixture(scope="module")
+def at_target() -> tuple[PlanSpec, CandidateResult, CandidateResult]:
+    """The same one-candidate plan without and with a target rate well above what one replica
+    sustains."""
+    spec = PlanSpec.from_dict(TARGET_PLAN)
+    (alone,) = run_plan(spec, workers=1)
+    assert alone.max_rate is not None
+    target = PlanSpec.from_dict({**TARGET_PLAN, "target_rate": 3.7 * alone.max_rate})
+    (served,) = run_plan(target, workers=1)
+    return target, alone, served
+
+
+def test_replicas_are_the_fewest_that_meet_the_slos(
+    at_target: tuple[PlanSpec, CandidateResult, CandidateResult],
+) -> None:
+    spec, _, result = at_target
+    assert spec.target_rate is not None
+    assert result.target is not None
+    assert result.target.error is None
+    k = result.replicas
+    assert k is not None
+    assert k >= 2
+    # one replica at R / k meets the SLOs for every seed; at R / (k - 1) it does not
+    assert probe_passes(_direct(spec, result, spec.target_rate / k), spec.slo)
+    assert not probe_passes(_direct(spec, result, spec.target_rate / (k - 1)), spec.slo)
+    worst = max(m["tpot_p99"] for m in _direct(spec, result, spec.target_rate / k))
+    assert result.target.slo_values == {"tpot_p99": worst}
+
+
+def test_cost_at_the_target_rate(
+    at_target: tuple[PlanSpec, CandidateResult, CandidateResult],
+) -> None:
+    spec, _, result = at_target
+    assert result.replicas is not None
+    assert spec.target_rate is not None
+    hourly = result.replicas * result.candidate.tensor_parallel_size * 1.0  # x price per GPU-h
+    assert result.cost_per_hour == pytest.approx(hourly)
+    assert result.cost_per_million_at_target == pytest.approx(
+        hourly / (spec.target_rate * 3600) * 1e6
+    )
+
+
+def test_a_target_leaves_the_rate_search_alone(
+    at_target: tuple[PlanSpec, CandidateResult, CandidateResult],
+) -> None:
+    _, alone, served = at_target
+    assert (served.max_rate, served.probes, served.slo_values) == (
+        alone.max_rate,
+        alone.probes,
+        alone.slo_values,
+    )
+    assert alone.target is None
+    assert alone.replicas is None
+    assert alone.cost_per_hour is None
+    # the row without a target is the row with one, less the target's columns
+    target_columns = {"target_rate", "replicas", "total_gpus", "cost_per_hour"}
+    target_columns |= {"cost_per_million_at_target", "tpot_p99_at_target", "replica_probes"}
+    assert {k: v for k, v in served.row().items() if k not in target_columns} == alone.row()
+    assert target_columns <= set(served.row())
+
+
+def test_candidates_without_a_replica_count_say_so_and_rank_last() -> None:
+    plan = {
+        **TARGET_PLAN,
+        "gpus": {"L4": 0.1, "A100-40GB": 1.0},  # OPT-13B's weights > 24 GB: L4 is an error
+        "target_rate": 10.0,
+    }
+    first, last = run_plan(PlanSpec.from_dict(plan), workers=2)
+    assert first.candidate.gpu == "A100-40GB"
+    assert first.replicas is not None
+    assert last.candidate.gpu == "L4"
+    assert last.status.startswith("error: ")
+    assert last.replicas is None
+    assert last.cost_per_hour is None
+    assert {"replicas", "cost_per_hour", "cost_per_million_at_target"} <= last.row().keys()
+    # nothing meets this SLO, not even rate_low: no replica count, and the status says why
+    (missed,) = run_plan(
+        PlanSpec.from_dict({**plan, "gpus": {"A100-40GB": 1.0}, "slo": {"tpot_p99": 1e-4}}),
+        workers=1,
+    )
+    assert missed.status == "misses the SLOs at rate_low"
+    assert missed.replicas is None
+    assert missed.row()["replicas"] is None
+
+
+def test_no_replica_count_under_the_cap_is_a_status() -> None:
+    spec = PlanSpec.from_dict({**TARGET_PLAN, "target_rate": 10.0})
+    (candidate,) = spec.candidates()
+    target = TargetResult(10.0, None, 3, [(k, False) for k in range(3, 12)], {}, None)
+    result = CandidateResult(candidate, 4.0, False, [(4.0, True)], {}, None, target)
+    assert result.status == f"no replica count up to {3 + MAX_EXTRA_REPLICAS} meets the SLOs"
+    assert result.row()["replicas"] is None
+    assert result.cost_per_hour is None
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf, 1e10, "fast", True, [5]])
+def test_bad_target_rate_is_one_clear_error(value: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        PlanSpec.from_dict({**SMALL_PLAN, "target_rate": value})
+    assert err.value.field == "target_rate"
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_cli_bad_target_rate_is_one_line(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--gpu", "A100-40GB=1", "--slo-ttft-p99", "1", "--target-rate", value]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("pagedkv: error: target_rate: got ")
+    assert line.endswith("; must be a finite number in [1e-09, 1000000000]")
+    assert not (tmp_path / "out").exists()
+
+
+TINY_PLAN = (
+    "workload: alpaca-like\nnum_requests: 20\ngpus: {A100-40GB: 1.0, A100-80GB: 2.5}\n"
+    "slo: {normalized_latency_p99: 0.05}\nseeds: 1\ntolerance: 0.5\n"
+)
+TODAYS_COLUMNS = (
+    "candidate,gpu,tensor_parallel_size,block_size,scheduler,num_gpus,price_per_gpu_hour,"
+    "max_rate,cost_per_million_requests,normalized_latency_p99_at_max_rate,probes,status"
+)
+
+
+def test_cli_target_rate_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    path = tmp_path / "plan.yaml"
+    path.write_text(TINY_PLAN, encoding="utf-8")
+    plain, target = tmp_path / "plain", tmp_path / "target"
+    argv = ["plan", str(path), "--workers", "1"]
+    assert main([*argv, "--out", str(plain)]) == 0
+    plain_table = capsys.readouterr().out
+    assert main([*argv, "--out", str(target), "--target-rate", "90"]) == 0
+    table = capsys.readouterr().out
+    assert "serving 90 req/s" in table
+    assert "replicas" in table
+    assert "$/hour" in table
+    assert "replicas" not in plain_table
+    assert "$/hour" not in plain_table
+    with (target / "plan.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    costs = [float(r["cost_per_hour"]) for r in rows]
+    assert len(rows) == 2
+    assert costs == sorted(costs)
+    for r in rows:
+        k, price = int(r["replicas"]), float(r["price_per_gpu_hour"])
+        assert float(r["cost_per_hour"]) == pytest.approx(k * int(r["num_gpus"]) * price)
+        assert r["candidate"] in table
+    payload = json.loads((target / "plan.json").read_text(encoding="utf-8"))
+    assert payload["spec"]["target_rate"] == 90.0
+    for c in payload["candidates"]:
+        assert [c["replicas"], True] in c["replica_counts_probed"]
+    assert (target / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_a_target_the_outputs_are_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    path = tmp_path / "plan.yaml"
+    path.write_text(TINY_PLAN, encoding="utf-8")
+    spec = PlanSpec.from_yaml(path)
+    assert "target_rate" not in spec.to_dict()
+    assert main(["plan", str(path), "--workers", "1", "--out", str(tmp_path / "a")]) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if "rank" in line)
+    cells = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert cells == ["rank", "candidate", "GPUs", "$/GPU-h", "max req/s", "$/M requests", "status"]
+    csv_text = (tmp_path / "a" / "plan.csv").read_text(encoding="utf-8")
+    assert csv_text.splitlines()[0] == TODAYS_COLUMNS
+    payload = json.loads((tmp_path / "a" / "plan.json").read_text(encoding="utf-8"))
+    assert "target_rate" not in payload["spec"]
+    assert all(set(c) == {*TODAYS_COLUMNS.split(","), "probe_rates"} for c in payload["candidates"])
+    # the files written through run_plan and write_plan directly are the CLI's, byte for byte
+    write_plan(run_plan(spec, workers=1), spec, tmp_path / "b")
+    for name in ("plan.csv", "plan.json", "plan.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -109,7 +109,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     for key in ("model", "tensor_parallel_sizes", "block_sizes", "schedulers", "seeds"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    for key in ("rate_low", "rate_high", "tolerance"):
+    for key in ("rate_low", "rate_high", "tolerance", "target_rate"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     slo = {k: getattr(args, f"slo_{k}") for k in ("ttft_p99", "tpot_p99", "normalized_latency_p99")}
@@ -220,6 +220,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     plan.add_argument("--rate-high", type=float, metavar="R", help="Highest rate (default 64).")
     plan.add_argument(
         "--tolerance", type=float, metavar="X", help="Relative precision of the rate (0.05)."
+    )
+    plan.add_argument(
+        "--target-rate",
+        type=float,
+        metavar="R",
+        help="A rate to serve (req/s): each candidate's fewest replicas that meet the SLOs at "
+        "R / replicas, and their cost per hour; ranks by that cost.",
     )
     plan.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="A simulate option for every probe."

@@ -14,6 +14,7 @@ seeds: 3
 rate_low: 0.25
 rate_high: 64
 tolerance: 0.05
+target_rate: 100               # optional: replicas and cost per hour to serve 100 req/s
 ```
 """
 
@@ -40,7 +41,8 @@ LISTS = {
     "block_sizes": ([16], int),
     "schedulers": (["vllm"], str),
 }
-RESERVED = ("gpus", *LISTS, "slo", "seeds", "rate_low", "rate_high", "tolerance")
+RATES = ("rate_low", "rate_high", "tolerance", "target_rate")
+RESERVED = ("gpus", *LISTS, "slo", "seeds", *RATES)
 MAX_PRICE = 1e6
 """Price per GPU-hour: any finite price up to a million."""
 MAX_SLO_SECONDS = 1e9
@@ -87,6 +89,14 @@ class PlanSpec:
         "rate / the highest passing one <= 1 + tolerance.",
         MIN_TOLERANCE,
         10.0,
+    )
+    target_rate: float | None = float_field(
+        None,
+        "The rate to serve (req/s), split evenly over replicas: each candidate gets the fewest "
+        "replicas that meet the SLOs at target_rate / replicas, and their cost per hour "
+        "(default: none, rank by cost per million requests).",
+        MIN_RATE,
+        MAX_RATE,
     )
 
     def __post_init__(self) -> None:
@@ -136,7 +146,7 @@ class PlanSpec:
         if not isinstance(slo, Mapping):
             raise ConfigError("slo", slo, "must map SLO metrics to limits in seconds")
         lists = {key: _list(key, data.get(key, d), t) for key, (d, t) in LISTS.items()}
-        rates = {k: data[k] for k in ("rate_low", "rate_high", "tolerance") if k in data}
+        rates = {k: data[k] for k in RATES if k in data}
         return cls(
             options={k: v for k, v in data.items() if k not in RESERVED},
             gpus={str(k): v for k, v in gpus.items()},
@@ -167,6 +177,8 @@ class PlanSpec:
             "rate_low": self.rate_low,
             "rate_high": self.rate_high,
             "tolerance": self.tolerance,
+            # only when set: a plan without a target writes the same JSON as before it existed
+            **({} if self.target_rate is None else {"target_rate": self.target_rate}),
         }
 
 
