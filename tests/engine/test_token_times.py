@@ -31,7 +31,8 @@ def run(reference: bool, token_times: bool, workload: list[RequestSpec], **kw: A
 
 def check_times(engine: Engine) -> None:
     """Every finished request: one time per output token, the first its first token's, the
-    last its finish, never decreasing; the gaps (its ITLs) sum to E2E - TTFT."""
+    last its finish (or before it under static batching, which holds a finished request
+    until its batch ends), never decreasing; the gaps (its ITLs) sum to E2E - TTFT less that."""
     times = engine.token_times
     assert times is not None
     for r in engine.requests:
@@ -42,11 +43,16 @@ def check_times(engine: Engine) -> None:
         t = times[r.request_id]
         assert len(t) == r.output_len
         assert t[0] == r.first_token_time
-        assert t[-1] == r.finish_time
+        # the last token is its finish, except where a policy holds finished requests back
+        # (static batching returns a batch when its longest request ends)
+        held = r.finish_time - t[-1]
+        assert held >= 0
+        if held:
+            assert engine.scheduler.name == "static"
         gaps = [b - a for a, b in itertools.pairwise(t)]
         assert all(g >= 0 for g in gaps)
         e2e, ttft = r.finish_time - r.arrival_time, r.first_token_time - r.arrival_time
-        assert math.isclose(sum(gaps), e2e - ttft, rel_tol=1e-9, abs_tol=1e-9)
+        assert math.isclose(sum(gaps) + held, e2e - ttft, rel_tol=1e-9, abs_tol=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
