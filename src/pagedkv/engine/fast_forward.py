@@ -44,6 +44,8 @@ class FastForward:
         self.engine = engine
         executor = engine.executor
         self.cost = executor.cost_model if isinstance(executor, SimExecutor) else None
+        config = getattr(engine.scheduler.kv, "config", None)  # the memory's, fixed for the run
+        self.caches_prefixes = bool(getattr(config, "enable_prefix_caching", False))
         self.windows = 0
         self.rounds = 0
         self.prices: dict[object, float] = {}  # the cohorts' admission rounds, by shape
@@ -66,7 +68,7 @@ class FastForward:
             return
         eng = self.engine
         sched = eng.scheduler
-        if sched.has_queued() and _caches_prefixes(sched.kv):
+        if self.caches_prefixes and sched.has_queued():
             # Decoding requests key new blocks every block_size rounds, and a waiting or
             # swapped request may hit them: its admission or swap-in gets cheaper within what
             # a window assumes is a run of identical rounds. Step round by round instead.
@@ -242,8 +244,3 @@ class FastForward:
         eng.finish(finished)
         if eng.check_integrity:
             kv.check_integrity()
-
-
-def _caches_prefixes(kv: object) -> bool:
-    config = getattr(kv, "config", None)
-    return bool(getattr(config, "enable_prefix_caching", False))
