@@ -172,7 +172,7 @@ def summary_table(results: Mapping[str, Any]) -> str:
         if small
         else ""
     )
-    return note + table(header, rows, quick=quick)
+    return note + table(header, rows, quick=quick, setup=results.get("setup"))
 
 
 def raw_table(results: Mapping[str, Any]) -> str:
@@ -186,6 +186,7 @@ def raw_table(results: Mapping[str, Any]) -> str:
         [esc(c) for c in columns],
         ([cell(r.get(c)) for c in columns] for r in shown),
         quick=is_quick(results),
+        setup=results.get("setup"),
     )
     return f"<details><summary>Raw rows ({len(rows)}{more})</summary>{body}</details>"
 
@@ -224,7 +225,6 @@ def experiment_section(where: str, directory: Path, e: overview.Entry) -> str:
     quick = is_quick(results)
     parts = [
         f'<section id="{e.anchor}"><h2>{esc(title)}</h2>',
-        quick_banner(str(title)) if quick else "",
         f"<p><code>{esc(where)}</code>: <code>{esc(overview.command(e))}</code></p>",
         f'<p class="question">{esc(results.get("question", ""))}</p>',
         "<h3>Setup</h3>",
@@ -232,6 +232,7 @@ def experiment_section(where: str, directory: Path, e: overview.Entry) -> str:
             ["setting", "value"],
             ([cell(k), plain(setup[k])] for k in sorted(setup)),
             quick=quick,
+            setup=setup,
         ),
         "<h3>Summary</h3>",
         summary_table(results),
@@ -296,7 +297,7 @@ def claims_section(
     ids = [anchor("claim", str(c.get("id"))) for c in claims]
     return (
         '<section id="claims"><h2>Claims</h2>'
-        + (quick_banner("claims") if quick else "")
+        + (quick_banner() if quick else "")
         + f"<p>{overview.tally(claims)}. Each verdict is computed from the measured values "
         "and their intervals, never typed by hand: <strong>supported</strong> (the interval "
         "inside the claimed range), <strong>exceeds</strong> (beyond it in the claim's "

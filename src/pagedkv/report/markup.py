@@ -60,12 +60,26 @@ def is_quick(results: Mapping[str, Any]) -> bool:
     return isinstance(setup, Mapping) and setup.get("quick") is True
 
 
-def quick_banner(where: str = "") -> str:
-    """The banner over a page, a section or a table whose figures come from ``--quick``."""
-    lead = f"Quick results{' (' + esc(where) + ')' if where else ''}"
+def quick_banner(where: str = "", setup: Mapping[str, Any] | None = None) -> str:
+    """The banner over a page (``where`` names it: what ``--quick`` means, in full) or, without
+    ``where``, the short one over a section or table (its seeds and requests a run, from
+    ``setup``, where known)."""
+    if where:
+        return (
+            f'<p class="quick" role="note"><strong>Quick results ({esc(where)}), from --quick:'
+            f"</strong> {esc(QUICK_MEANING)}.</p>"
+        )
+    facts = []
+    seeds = (setup or {}).get("seeds")
+    if isinstance(seeds, list):
+        facts.append(f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}")
+    requests = (setup or {}).get("num_requests")
+    if isinstance(requests, int) and not isinstance(requests, bool):
+        facts.append(f"{requests:,} requests a run")
+    said = f": {', '.join(facts)}" if facts else ""
     return (
-        f'<p class="quick" role="note"><strong>{lead}, from --quick:</strong> '
-        f"{esc(QUICK_MEANING)}.</p>"
+        f'<p class="quick" role="note"><strong>Quick results</strong> (--quick{esc(said)}): '
+        "a smaller run than the full one, not for conclusions.</p>"
     )
 
 
@@ -76,9 +90,10 @@ def table(
     *,
     ids: Sequence[str] = (),
     quick: bool = False,
+    setup: Mapping[str, Any] | None = None,
 ) -> str:
     """An HTML table of already escaped cells; ``cls`` gives each row's class, ``ids`` its
-    id; ``quick`` puts the quick banner above it."""
+    id; ``quick`` puts the short quick banner above it (``setup``: the run's, for its facts)."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
@@ -88,7 +103,7 @@ def table(
     rows_html = "\n".join(body)
     # a wide table scrolls inside its box instead of widening the whole page
     return (
-        (quick_banner() if quick else "")
+        (quick_banner(setup=setup) if quick else "")
         + f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n{rows_html}'
         "</tbody></table></div>"
     )
