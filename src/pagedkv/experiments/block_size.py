@@ -73,10 +73,16 @@ def plan(quick: bool, seeds: Sequence[int]) -> Plan:
 
 
 def plot(result: ExperimentResult, out: Path) -> list[PlotRef]:
-    fig, axes = plots.figure(len(PLOTTED), width=4.0, height=3.6)
-    for ax, metric in zip(axes, PLOTTED, strict=True):
-        plots.summary_lines(ax, result.summary, "block_size", "workload", metric, log_x=True)
-        plots.label(ax, "block size (tokens)", axis_label(metric))
+    # the workloads' throughputs differ ~10x (their rates do): such a metric gets a panel
+    # per workload, so that the smaller is not drawn flat along the axis
+    panels = plots.panels_by_scale(result.summary, "workload", PLOTTED)
+    fig, axes = plots.figure(len(panels), width=4.0, height=3.6)
+    for ax, (metric, workloads) in zip(axes, panels, strict=True):
+        plots.summary_lines(
+            ax, result.summary, "block_size", "workload", metric, log_x=True, only=workloads
+        )
+        title = workloads[0] if len(workloads) == 1 else ""
+        plots.label(ax, "block size (tokens)", axis_label(metric), title)
     plots.save_png(fig, out / "block_size.png")
     return [
         PlotRef(
