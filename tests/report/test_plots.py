@@ -3,6 +3,7 @@ figure, one y scale per panel, and groups 10x apart in panels of their own."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def test_labels_lie_inside_the_figure(tmp_path: Path) -> None:
             assert ext.y0 >= box.y0 - 0.5, text.get_text()
             assert ext.y1 <= box.y1 + 0.5, text.get_text()
     # nor under the panel to its left: a label is not hidden by its neighbour
-    for left, right in zip(axes, axes[1:], strict=False):
+    for left, right in itertools.pairwise(axes):
         if left.get_subplotspec().rowspan.start != right.get_subplotspec().rowspan.start:
             continue
         edge = left.get_window_extent().x1
