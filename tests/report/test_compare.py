@@ -123,3 +123,11 @@ def test_block_size_findings_follow_the_overlap_rule() -> None:
     assert "lowest at block size 16" in lat_share
     assert "highest at block size 16" in thr_alpaca
     assert "overlap: no winner at n=5" in lat_alpaca
+
+
+def test_many_overlapping_candidates_show_the_best_interval_only() -> None:
+    text = best([cand(f"c{i}", 1.0 + i / 100, 0.5) for i in range(5)], higher=True, what="x")
+    assert (
+        "c4, c3, c2, c1 and c0 overlap: no winner at n=5 (the best mean: c4 1.04 [0.54, 1.54])"
+        in text
+    )

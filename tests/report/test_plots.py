@@ -11,6 +11,7 @@ import pytest
 
 from pagedkv.experiments import block_size
 from pagedkv.experiments.framework import ExperimentResult
+from pagedkv.experiments.metrics import bounds
 from pagedkv.report import plots
 from tests.report.fixtures import decode_png, png_size
 
@@ -125,3 +126,23 @@ def test_block_size_draws_each_workloads_throughput_on_its_own_scale(
     assert top["alpaca-like"] > 5 * top["sharegpt-like"]
     assert len(seen) == len(block_size.PLOTTED) + 1
     assert (tmp_path / "block_size.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("metric", "values"),
+    [("preemptions", [0.0, 0.0]), ("token_utilization", [0.98, 1.0]), ("m", [-1.0, 1.0])],
+)
+def test_the_y_axis_stops_at_the_metrics_bounds(metric: str, values: list[float]) -> None:
+    rows = [
+        {"g": "a", "x": i, f"{metric}_mean": v, f"{metric}_ci_low": v, f"{metric}_ci_high": v}
+        for i, v in enumerate(values)
+    ]
+    fig, (ax,) = plots.figure(1)
+    plots.summary_lines(ax, rows, "x", "g", metric)
+    low, high = ax.get_ylim()
+    lowest, highest = bounds(metric)
+    assert low < min(values) or low == lowest
+    assert lowest is None or low >= lowest
+    assert highest is None or high <= highest * 1.02
+    assert high > max(values) or high == max(values) == highest
+    fig.clf()

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from pagedkv.report.stats import MIN_N, MeanCI
 
+LISTED = 3
+"""Overlapping candidates up to this many are each shown with their interval; more, the best."""
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -80,7 +83,11 @@ def best(candidates: Sequence[Candidate], *, higher: bool, what: str, unit: str 
             f"{what}: {word} at {top.name} ({describe(top.ci)}{_u(unit)}), its interval clear "
             f"of every other's at {seeds(ranked)}."
         )
-    listed = ", ".join(f"{c.name} {describe(c.ci)}" for c in tied)
+    listed = (
+        ", ".join(f"{c.name} {describe(c.ci)}" for c in tied)
+        if len(tied) <= LISTED
+        else f"the best mean: {top.name} {describe(top.ci)}"
+    )
     return (
         f"{what}: {_join([c.name for c in tied])} overlap: no winner at {seeds(ranked)} "
         f"({listed}{_u(unit)})."

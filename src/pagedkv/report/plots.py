@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import PagedKVError
+from pagedkv.experiments.metrics import bounds
 from pagedkv.io import atomic_write_bytes
 
 DPI = 110
@@ -207,4 +208,12 @@ def summary_lines(
         )
     if log_x:
         ax.set_xscale("log", base=2)
+    lowest, highest = bounds(
+        metric
+    )  # no axis below what the metric can be (e.g. -0.04 preemptions)
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(
+        bottom if lowest is None else max(bottom, lowest),
+        top if highest is None else min(top, highest + 0.02 * (highest - (lowest or 0.0))),
+    )
     ax.legend(fontsize=7)
