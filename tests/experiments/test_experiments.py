@@ -41,7 +41,7 @@ def check_shape(data: dict[str, Any], out: Path, name: str) -> None:
         assert s["n"] == len(seeds)
         for m in metrics:
             mean, lo, hi = s[f"{m}_mean"], s[f"{m}_ci_low"], s[f"{m}_ci_high"]
-            if mean is not None:
+            if mean is not None and lo is not None:
                 assert lo <= mean <= hi, (m, s)
     csv_lines = (out / "results.csv").read_text().splitlines()
     assert csv_lines[0].split(",") == cols

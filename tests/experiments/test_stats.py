@@ -1,4 +1,4 @@
-"""The mean and its 95% t interval (pagedkv.report.stats)."""
+"""The mean and its 95% t interval (pagedkv.report.stats; the bootstrap: tests/report)."""
 
 from __future__ import annotations
 
@@ -60,10 +60,11 @@ def test_summarize_groups_by_configuration_in_first_seen_order() -> None:
         {"a": 2, "seed": 1, "m": 3.0},
         {"a": 1, "seed": 1, "m": 5.0},
     ]
+    rows += [{"a": 2, "seed": 2, "m": 2.0}, {"a": 1, "seed": 2, "m": 5.0}]
     out = summarize(rows, ["a"], ["m"])
     assert [s["a"] for s in out] == [2, 1]
     assert out[0]["m_mean"] == 2.0
-    assert out[0]["n"] == 2
+    assert out[0]["n"] == 3
     assert out[1]["m_ci_low"] == out[1]["m_ci_high"] == 5.0
     assert list(out[0]) == summary_columns(["a"], ["m"])
     assert math.isfinite(out[0]["m_ci_high"])

@@ -34,21 +34,28 @@ def write_png(path: Path, points: list[float], size: tuple[float, float] = (3.0,
 
 
 def experiment(
-    name: str, title: str, plots: list[str], *, findings: list[str] | None = None
+    name: str,
+    title: str,
+    plots: list[str],
+    *,
+    findings: list[str] | None = None,
+    quick: bool = False,
 ) -> dict[str, Any]:
-    """A results.json of the schema: two configurations x two seeds, one metric."""
+    """A results.json of the schema: two configurations x three seeds (a quick one: two
+    seeds, so no interval), one metric."""
+    seeds = [0, 1] if quick else [0, 1, 2]
     rows = [
         {"block_size": b, "seed": s, "throughput": 1.0 + b / 10 + s / 100}
         for b in (8, 16)
-        for s in (0, 1)
+        for s in seeds
     ]
     summary = [
         {
             "block_size": b,
             "throughput_mean": 1.0 + b / 10 + 0.005,
-            "throughput_ci_low": 1.0 + b / 10 - 0.05,
-            "throughput_ci_high": 1.0 + b / 10 + 0.06,
-            "n": 2,
+            "throughput_ci_low": None if quick else 1.0 + b / 10 - 0.05,
+            "throughput_ci_high": None if quick else 1.0 + b / 10 + 0.06,
+            "n": len(seeds),
         }
         for b in (8, 16)
     ]
@@ -56,7 +63,13 @@ def experiment(
         "experiment": name,
         "title": title,
         "question": f"Which block size is best? {HOSTILE}",
-        "setup": {"model": "OPT-13B", "seeds": [0, 1], "quick": True, "workload": HOSTILE},
+        "setup": {
+            "model": "OPT-13B",
+            "seeds": seeds,
+            "quick": quick,
+            "workload": HOSTILE,
+            "num_requests": 40 if quick else 400,
+        },
         "columns": ["block_size", "seed", "throughput"],
         "rows": rows,
         "summary_columns": list(summary[0]),
@@ -121,7 +134,7 @@ CLAIMS: list[dict[str, Any]] = [
 ]
 
 
-def make_results(root: Path) -> Path:
+def make_results(root: Path, *, quick: bool = False) -> Path:
     """Two experiments (three plots in all) and a claims file under ``root``."""
     specs = [
         ("rate-latency", "Rate and latency", ["latency.png"]),
@@ -132,7 +145,7 @@ def make_results(root: Path) -> Path:
         d.mkdir(parents=True)
         for j, p in enumerate(plots):
             write_png(d / p, [float(i), float(j + 1), 0.5], size=(3.0 + j, 2.0))
-        (d / "results.json").write_text(json.dumps(experiment(name, title, plots)))
+        (d / "results.json").write_text(json.dumps(experiment(name, title, plots, quick=quick)))
     (root / "claims").mkdir()
     (root / "claims" / "claims.json").write_text(json.dumps({"claims": CLAIMS}))
     return root

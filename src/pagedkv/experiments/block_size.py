@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pagedkv.experiments import setups
-from pagedkv.experiments.framework import ExperimentResult, Plan, PlotRef, Point, fmt
+from pagedkv.experiments.framework import ExperimentResult, Plan, PlotRef, Point
 from pagedkv.experiments.metrics import axis_label
 from pagedkv.report import plots
+from pagedkv.report.compare import Candidate, best
+from pagedkv.report.stats import MeanCI
 
 NAME = "block-size"
 TITLE = "Block size"
@@ -71,10 +73,16 @@ def plan(quick: bool, seeds: Sequence[int]) -> Plan:
 
 
 def plot(result: ExperimentResult, out: Path) -> list[PlotRef]:
-    fig, axes = plots.figure(len(PLOTTED), width=4.0, height=3.6)
-    for ax, metric in zip(axes, PLOTTED, strict=True):
-        plots.summary_lines(ax, result.summary, "block_size", "workload", metric, log_x=True)
-        plots.label(ax, "block size (tokens)", axis_label(metric))
+    # the workloads' throughputs differ ~10x (their rates do): such a metric gets a panel
+    # per workload, so that the smaller is not drawn flat along the axis
+    panels = plots.panels_by_scale(result.summary, "workload", PLOTTED)
+    fig, axes = plots.figure(len(panels), width=4.0, height=3.6)
+    for ax, (metric, workloads) in zip(axes, panels, strict=True):
+        plots.summary_lines(
+            ax, result.summary, "block_size", "workload", metric, log_x=True, only=workloads
+        )
+        title = workloads[0] if len(workloads) == 1 else ""
+        plots.label(ax, "block size (tokens)", axis_label(metric), title)
     plots.save_png(fig, out / "block_size.png")
     return [
         PlotRef(
@@ -85,22 +93,34 @@ def plot(result: ExperimentResult, out: Path) -> list[PlotRef]:
     ]
 
 
-def best(result: ExperimentResult, workload: str, metric: str, *, lower: bool) -> dict[str, object]:
-    """The summary row with the best mean ``metric`` on ``workload``."""
-    rows = [
-        s for s in result.summary if s["workload"] == workload and s[f"{metric}_mean"] is not None
+def candidates(result: ExperimentResult, workload: str, metric: str) -> list[Candidate]:
+    """Each block size's mean ``metric`` and interval on ``workload``."""
+    return [
+        Candidate(
+            f"block size {s['block_size']}",
+            MeanCI(s[f"{metric}_mean"], s[f"{metric}_ci_low"], s[f"{metric}_ci_high"], s["n"]),
+        )
+        for s in result.summary
+        if s["workload"] == workload
     ]
-    return min(rows, key=lambda s: s[f"{metric}_mean"] * (1 if lower else -1))
 
 
 def findings(result: ExperimentResult) -> list[str]:
+    """Per workload, the best block size for throughput and for tail latency, named only where
+    its interval is clear of the others' (``pagedkv.report.compare.best``)."""
     out = []
     for wl in setups.WORKLOADS:
-        top = best(result, wl, "request_throughput", lower=False)
-        tail = best(result, wl, "norm_latency_p99", lower=True)
-        out.append(
-            f"{wl}: highest throughput at block size {top['block_size']} "
-            f"({fmt(top, 'request_throughput')} requests/s); lowest p99 normalized latency at "
-            f"{tail['block_size']} ({fmt(tail, 'norm_latency_p99')} s/token)."
+        throughput = best(
+            candidates(result, wl, "request_throughput"),
+            higher=True,
+            what=f"{wl}, request throughput",
+            unit="requests/s",
         )
+        tail = best(
+            candidates(result, wl, "norm_latency_p99"),
+            higher=False,
+            what=f"{wl}, p99 normalized latency",
+            unit="s/token",
+        )
+        out += [throughput, tail]
     return out

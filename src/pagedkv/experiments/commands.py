@@ -99,7 +99,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from pagedkv.experiments.reproduce import reproduce
 
     out = Path(args.out or "results")
-    check_output_dir("--out", out, ("report.html",))
+    check_output_dir("--out", out, ("report.html", "timings.json"))
     reproduce(out, quick=args.quick, workers=args.workers)
     return 0
 

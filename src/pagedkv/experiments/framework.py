@@ -24,7 +24,7 @@ from typing import Any
 
 from pagedkv.errors import PagedKVError
 from pagedkv.experiments import sharing_metrics  # noqa: F401  (registers its columns)
-from pagedkv.experiments.metrics import CATEGORIES, read_metrics
+from pagedkv.experiments.metrics import CATEGORIES, bounds, read_metrics
 from pagedkv.io import atomic_write_json, atomic_write_text, output_set
 from pagedkv.report import stats
 from pagedkv.simulation import SimulationConfig, simulate
@@ -188,7 +188,7 @@ def run_experiment(
 ) -> ExperimentResult:
     """Plan, run, summarize, plot and (with ``out``) write one experiment."""
     if seeds is not None:
-        check_int("seeds", seeds, 2)  # an interval needs two seeds
+        check_int("seeds", seeds, 2)  # a spread needs two seeds (an interval stats.MIN_N)
     count = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
     plan: Plan = module.plan(quick, seed_list(count))
     rows, timelines = run_plan(plan, workers=workers, label=module.NAME)
@@ -200,7 +200,9 @@ def run_experiment(
         config_keys=plan.config_keys,
         metrics=plan.metrics,
         rows=rows,
-        summary=stats.summarize(rows, plan.config_keys, plan.metrics),
+        summary=stats.summarize(
+            rows, plan.config_keys, plan.metrics, {m: bounds(m) for m in plan.metrics}
+        ),
         timelines=timelines,
     )
     derive = getattr(module, "derive", None)

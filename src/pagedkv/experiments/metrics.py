@@ -106,6 +106,29 @@ CATEGORIES = (
 )
 
 
+SHARE_UNITS = frozenset(
+    {
+        "0/1",
+        "share of C",
+        "token states / allocated",
+        "allocated / C",
+        "share of memory in use",
+        "hit / looked-up tokens",
+        "saved / needed without sharing",
+    }
+)
+"""The units of the metrics that are shares of a whole (or 0/1 flags, whose mean is a share)."""
+
+
+def bounds(name: str) -> tuple[float | None, float | None]:
+    """A metric's physical bounds, read from its unit: a share lies in [0, 1]; every other
+    metric here is a count, a time, a rate or a size, never negative. A name this module does
+    not define (a column an experiment computes itself) is unbounded: (None, None)."""
+    if name not in METRICS:
+        return None, None
+    return (0.0, 1.0) if unit(name) in SHARE_UNITS else (0.0, None)
+
+
 def read_metrics(summary: Summary, names: Sequence[str]) -> dict[str, Any]:
     """The named metrics of one run, as raw values."""
     return {n: METRICS[n][0](summary) for n in names}

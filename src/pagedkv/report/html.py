@@ -10,16 +10,31 @@ each image as decoded or not once the page has loaded (``data-decoded``), for a 
 from __future__ import annotations
 
 import base64
-import html
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pagedkv import __version__
 from pagedkv.errors import PagedKVError
 from pagedkv.io import atomic_write_text
+from pagedkv.report import overview
+from pagedkv.report.markup import (
+    VERDICT_CLASS,
+    anchor,
+    cell,
+    esc,
+    fmt,
+    fmt_interval,
+    is_quick,
+    plain,
+    quick_banner,
+    table,
+)
+from pagedkv.report.stats import MIN_N
 from pagedkv.validation import JsonShape, check_json_shape
+
+__all__ = ["RESULTS_SHAPE", "build_report", "fmt", "fmt_interval", "render"]
 
 ORDER = (
     "lesson",
@@ -34,19 +49,9 @@ ORDER = (
 MAX_RAW_ROWS = 500
 """Raw rows shown per experiment (the CSV beside results.json has them all)."""
 MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
-VERDICT_CLASS = {
-    "supported": "ok",
-    "exceeds": "beyond",
-    "inconclusive": "mixed",
-    "contradicted": "bad",
-    "not measured": "other",
-}
-"""The five verdicts of ``pagedkv.experiments.verdict``, by row class (the report reads
-claims.json, never the engine, so the names are repeated here)."""
-
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;
-color:#222;line-height:1.45}
+color:#222;line-height:1.45;overflow-wrap:break-word}
 h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #bbb;margin-top:2.2em}
 table{border-collapse:collapse;margin:.8em 0;font-size:.88em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
@@ -56,7 +61,10 @@ img{max-width:100%;height:auto;border:1px solid #ddd}.note{color:#a40}
 tr.ok td.verdict{background:#dff3df}tr.bad td.verdict{background:#f8dcdc}
 tr.mixed td.verdict{background:#fbf0cf}tr.other td.verdict{background:#eee}
 tr.beyond td.verdict{background:#d8ebf8}
-details{margin:.6em 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
+details{margin:.6em 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em;
+overflow-wrap:anywhere}
+.quick{background:#fff4c2;border:1px solid #d9b300;border-left:6px solid #d9b300;
+padding:.4em .7em;margin:.6em 0}
 """
 SCRIPT = """
 window.addEventListener("load", function () {
@@ -67,34 +75,11 @@ window.addEventListener("load", function () {
     if (good) { ok++; }
   }
   document.body.setAttribute("data-images-decoded", ok + "/" + imgs.length);
+  // for a layout test: a page wider than its window scrolls sideways
+  document.body.setAttribute("data-scroll-width", document.documentElement.scrollWidth);
+  document.body.setAttribute("data-viewport-width", window.innerWidth);
 });
 """
-
-
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def fmt(value: object) -> str:
-    """A cell: numbers to four significant figures, None as a dash, structures as JSON."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
-def fmt_interval(mean: object, low: object, high: object) -> str:
-    """'mean [low, high]', or the mean alone when there is no interval."""
-    if low is None or high is None:
-        return fmt(mean)
-    return f"{fmt(mean)} [{fmt(low)}, {fmt(high)}]"
 
 
 RESULTS_SHAPE: JsonShape = {
@@ -151,46 +136,27 @@ def find_experiments(results_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=key)
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: Sequence[str] = ()) -> str:
-    """An HTML table of already escaped cells; ``cls`` gives each row's class."""
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        attr = f' class="{cls[i]}"' if i < len(cls) and cls[i] else ""
-        body.append(f"<tr{attr}>" + "".join(row) + "</tr>")
-    rows_html = "\n".join(body)
-    # a wide table scrolls inside its box instead of widening the whole page
-    return (
-        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n{rows_html}'
-        "</tbody></table></div>"
-    )
-
-
-def cell(value: object, css: str = "") -> str:
-    num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    classes = " ".join(c for c in ("num" if num else "", css) if c)
-    return (
-        f'<td class="{classes}">{esc(fmt(value))}</td>'
-        if classes
-        else f"<td>{esc(fmt(value))}</td>"
-    )
-
-
-def plain(value: object) -> str:
-    """A left-aligned cell, for values of mixed kinds (a setup's)."""
-    return f"<td>{esc(fmt(value))}</td>"
-
-
 def summary_table(results: Mapping[str, Any]) -> str:
-    """Configuration columns, then one 'mean [ci_low, ci_high]' column per metric, then n."""
+    """Configuration columns, then one 'mean [ci_low, ci_high]' column per metric, then n;
+    where n is below ``MIN_N`` and there is no interval, a note says so (means only)."""
     summary = results.get("summary") or []
+    quick = is_quick(results)
     if not summary:
         return '<p class="note">No summary table.</p>'
     columns = list(results.get("summary_columns") or summary[0])
     metrics = [c[: -len("_mean")] for c in columns if c.endswith("_mean")]
     derived = {f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")}
     config = [c for c in columns if c not in derived and c != "n"]
-    header = [esc(c) for c in config] + [esc(m) + " <small>mean [95% CI]</small>" for m in metrics]
+
+    def bare(s: Mapping[str, Any]) -> bool:  # a mean without its interval
+        return any(s.get(f"{m}_mean") is not None and s.get(f"{m}_ci_low") is None for m in metrics)
+
+    small = sorted(
+        {s["n"] for s in summary if isinstance(s.get("n"), int) and s["n"] < MIN_N and bare(s)}
+    )
+    some = any(s.get(f"{m}_ci_low") is not None for s in summary for m in metrics)
+    what = "mean [95% CI]" if some or not small else "mean"
+    header = [esc(c) for c in config] + [esc(m) + f" <small>{what}</small>" for m in metrics]
     header += ["n"] if "n" in columns else []
     rows = []
     for s in summary:
@@ -200,7 +166,13 @@ def summary_table(results: Mapping[str, Any]) -> str:
             row.append(f'<td class="num">{esc(text)}</td>')
         row += [cell(s.get("n"))] if "n" in columns else []
         rows.append(row)
-    return table(header, rows)
+    note = (
+        f'<p class="note">n = {esc(", ".join(map(str, small)))}: n too small for an interval '
+        f"(it needs {MIN_N} seeds or more), so those rows show means only.</p>"
+        if small
+        else ""
+    )
+    return note + table(header, rows, quick=quick, setup=results.get("setup"))
 
 
 def raw_table(results: Mapping[str, Any]) -> str:
@@ -210,7 +182,12 @@ def raw_table(results: Mapping[str, Any]) -> str:
     columns = list(results.get("columns") or rows[0])
     shown = rows[:MAX_RAW_ROWS]
     more = f", the first {len(shown)} shown (all in results.csv)" if len(rows) > len(shown) else ""
-    body = table([esc(c) for c in columns], ([cell(r.get(c)) for c in columns] for r in shown))
+    body = table(
+        [esc(c) for c in columns],
+        ([cell(r.get(c)) for c in columns] for r in shown),
+        quick=is_quick(results),
+        setup=results.get("setup"),
+    )
     return f"<details><summary>Raw rows ({len(rows)}{more})</summary>{body}</details>"
 
 
@@ -241,15 +218,22 @@ def figures(directory: Path, plots: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def experiment_section(anchor: str, directory: Path, where: str, results: dict[str, Any]) -> str:
+def experiment_section(where: str, directory: Path, e: overview.Entry) -> str:
+    results = e.results
     title = results.get("title") or results.get("experiment") or directory.name
     setup = results.get("setup") or {}
+    quick = is_quick(results)
     parts = [
-        f'<section id="{anchor}"><h2>{esc(title)}</h2>',
-        f"<p><code>{esc(where)}</code></p>",
+        f'<section id="{e.anchor}"><h2>{esc(title)}</h2>',
+        f"<p><code>{esc(where)}</code>: <code>{esc(overview.command(e))}</code></p>",
         f'<p class="question">{esc(results.get("question", ""))}</p>',
         "<h3>Setup</h3>",
-        table(["setting", "value"], ([cell(k), plain(setup[k])] for k in sorted(setup))),
+        table(
+            ["setting", "value"],
+            ([cell(k), plain(setup[k])] for k in sorted(setup)),
+            quick=quick,
+            setup=setup,
+        ),
         "<h3>Summary</h3>",
         summary_table(results),
         raw_table(results),
@@ -262,10 +246,12 @@ def experiment_section(anchor: str, directory: Path, where: str, results: dict[s
     if plots:
         parts += ["<h3>Plots</h3>", figures(directory, plots)]
     parts.append("</section>")
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)
 
 
-def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, str]) -> str:
+def claims_section(
+    claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, str], *, quick: bool = False
+) -> str:
     header = [
         "id",
         "source",
@@ -308,21 +294,28 @@ def claims_section(claims: Sequence[Mapping[str, Any]], anchors: Mapping[str, st
                 f"<td>{link}</td>",
             ]
         )
-    known = [v for v in VERDICT_CLASS if any(c.get("verdict") == v for c in claims)]
-    others = sorted({str(c.get("verdict")) for c in claims} - set(VERDICT_CLASS))
-    tally = ", ".join(
-        f"{sum(c.get('verdict') == v for c in claims)} {esc(v)}" for v in known + others
-    )
+    ids = [anchor("claim", str(c.get("id"))) for c in claims]
     return (
         '<section id="claims"><h2>Claims</h2>'
-        f"<p>{len(claims)} claims: {tally}. Each verdict is computed from the measured values "
+        + (quick_banner() if quick else "")
+        + f"<p>{overview.tally(claims)}. Each verdict is computed from the measured values "
         "and their intervals, never typed by hand: <strong>supported</strong> (the interval "
         "inside the claimed range), <strong>exceeds</strong> (beyond it in the claim's "
         "favour), <strong>inconclusive</strong> (it straddles a bound; the seeds that would "
         "decide it are estimated), <strong>contradicted</strong> (outside it against the "
         "claim), <strong>not measured</strong> (no data). A claim measured under several "
-        "conditions takes the least favourable.</p>" + table(header, rows, classes) + "</section>"
+        "conditions takes the least favourable.</p>"
+        + table(header, rows, classes, ids=ids, quick=quick)
+        + "</section>"
     )
+
+
+def load_timings(results_dir: Path) -> dict[str, Any] | None:
+    """timings.json of ``results_dir`` (``overview.TIMINGS``), or None where there is none."""
+    path = overview.timings_path(results_dir)
+    if not path.is_file() or not within(path, results_dir):
+        return None
+    return load_json(path, results_dir, overview.TIMINGS_SHAPE)
 
 
 def render(results_dir: Path) -> str:
@@ -342,26 +335,40 @@ def render(results_dir: Path) -> str:
             "(run `pagedkv reproduce` or `pagedkv experiment NAME` first)"
         )
     anchors: dict[str, str] = {}
-    sections, index = [], []
+    entries: list[overview.Entry] = []
+    sections, index = [], ['<li><a href="#summary">Summary</a></li>']
     for directory, results in experiments:
         name = str(results.get("experiment") or directory.name)
-        anchor = "exp-" + "".join(ch if ch.isalnum() else "-" for ch in name.lower())
-        while anchor in anchors.values():  # the same experiment in two directories
-            anchor += "-2"
-        anchors.setdefault(name, anchor)
+        tag = anchor("exp", name)
+        while tag in anchors.values():  # the same experiment in two directories
+            tag += "-2"
+        anchors.setdefault(name, tag)
         where = directory.relative_to(results_dir).as_posix()
+        entry = overview.Entry(name, results, tag, where)
+        entries.append(entry)
         title = results.get("title") or name
-        index.append(f'<li><a href="#{anchor}">{esc(title)}</a> <small>({esc(where)})</small></li>')
-        sections.append(experiment_section(anchor, directory, where, results))
+        index.append(f'<li><a href="#{tag}">{esc(title)}</a> <small>({esc(where)})</small></li>')
+        sections.append(experiment_section(where, directory, entry))
+    quick = {e.name: is_quick(e.results) for e in entries}
+    claims_quick = any(quick.get(str(c.get("evidence")), False) for c in claims)
     if claims_path.is_file():
         index.append('<li><a href="#claims">Claims</a></li>')
-        sections.append(claims_section(claims, anchors))
+        sections.append(claims_section(claims, anchors, quick=claims_quick))
+    first = overview.summary_section(
+        entries,
+        claims if claims_path.is_file() else None,
+        anchors,
+        load_timings(results_dir),
+        claims_quick=claims_quick,
+    )
+    banner = quick_banner("this page") if any(quick.values()) or claims_quick else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>pagedkv results</title>\n<style>{STYLE}</style></head>\n<body>\n"
-        f"<h1>pagedkv results</h1>\n<p>Written by pagedkv {esc(__version__)}. Every figure is a "
-        "mean with its 95% confidence interval over seeds where there are several.</p>\n"
+        f"<h1>pagedkv results</h1>\n{banner}\n{first}\n<p>Written by pagedkv "
+        f"{esc(__version__)}. Every figure is a mean over seeds with its 95% percentile-bootstrap "
+        f"interval where there are {MIN_N} seeds or more.</p>\n"
         f"<nav><h2>Contents</h2><ul>{''.join(index)}</ul></nav>\n"
         + "\n".join(sections)
         + f"\n<script>{SCRIPT}</script>\n</body></html>\n"

@@ -1,21 +1,33 @@
 """Shared matplotlib helpers: the Agg backend, labelled axes with units, intervals drawn.
 
 Every plot of an experiment draws a mean with its 95% confidence interval: a shaded band
-around a line, or error bars on points and bars. Figures are written as PNG atomically.
-matplotlib is imported only when a figure is made (``pagedkv[plot]``).
+around a line, or error bars on points and bars. Figures hold at most ``PER_ROW`` panels a
+row, laid out by matplotlib's constrained layout and saved with a tight bounding box, so no
+label is cut off; every panel has its own y scale (never ``sharey``), and ``panels_by_scale``
+gives groups whose values differ ``SCALE_RATIO``-fold or more panels of their own, so the small
+one is not drawn flat along the axis. Figures are written as PNG atomically. matplotlib is
+imported only when a figure is made (``pagedkv[plot]``).
 """
 
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import PagedKVError
+from pagedkv.experiments.metrics import bounds
 from pagedkv.io import atomic_write_bytes
 
 DPI = 110
+PER_ROW = 3
+"""The most panels side by side (more wrap onto further rows): each stays readable on a page."""
+LABEL_CHARS = 36
+"""Axis labels longer than this wrap onto further lines: a y label must fit its panel's height."""
+SCALE_RATIO = 10.0
+"""Groups whose largest values differ this many times or more get panels of their own."""
 
 
 def require_matplotlib() -> Any:
@@ -31,16 +43,60 @@ def require_matplotlib() -> Any:
 
 
 def figure(ncols: int = 1, *, width: float = 6.0, height: float = 4.0) -> tuple[Any, list[Any]]:
-    """A figure with ``ncols`` side-by-side axes."""
+    """A figure of ``ncols`` panels (``width`` x ``height`` inches each), at most ``PER_ROW``
+    a row, each with its own y axis; the axes in reading order."""
     plt = require_matplotlib()
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-    return fig, list(axes[0])
+    rows = -(-ncols // PER_ROW)
+    cols = min(ncols, PER_ROW)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(width * cols, height * rows),
+        squeeze=False,
+        sharey=False,
+        layout="constrained",
+    )
+    flat = [ax for line in axes for ax in line]
+    for ax in flat[ncols:]:
+        ax.remove()  # the empty places of a last row that is not full
+    return fig, flat[:ncols]
+
+
+def panels_by_scale(
+    summary: Sequence[Mapping[str, Any]],
+    group: str,
+    metrics: Sequence[str],
+    ratio: float = SCALE_RATIO,
+) -> list[tuple[str, list[Any]]]:
+    """(metric, the groups drawn in its panel) for each metric: all groups in one panel, or,
+    where their largest absolute means differ ``ratio``-fold or more, one panel per group."""
+    groups = list(dict.fromkeys(s[group] for s in summary))
+    out: list[tuple[str, list[Any]]] = []
+    for m in metrics:
+        peak = {
+            g: max(
+                (
+                    abs(float(s[f"{m}_mean"]))
+                    for s in summary
+                    if s[group] == g and s[f"{m}_mean"] is not None
+                ),
+                default=0.0,
+            )
+            for g in groups
+        }
+        positive = [v for v in peak.values() if v > 0]
+        if positive and max(positive) >= ratio * min(positive):
+            out += [(m, [g]) for g in groups]
+        else:
+            out.append((m, groups))
+    return out
 
 
 def label(ax: Any, xlabel: str, ylabel: str, title: str = "") -> None:
-    """Axis labels (with their units, e.g. 'throughput (requests/s)') and a title."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    """Axis labels (with their units, e.g. 'throughput (requests/s)', wrapped at
+    ``LABEL_CHARS``) and a title."""
+    ax.set_xlabel(textwrap.fill(xlabel, LABEL_CHARS * 2))
+    ax.set_ylabel(textwrap.fill(ylabel, LABEL_CHARS))
     if title:
         ax.set_title(title)
     ax.grid(True, alpha=0.3)
@@ -104,11 +160,20 @@ def bars_ci(
 
 
 def save_png(fig: Any, path: Path) -> Path:
-    """Render ``fig`` as PNG and write it atomically (temporary file, then rename)."""
+    """Render ``fig`` as PNG (its bounding box tight around everything drawn, labels
+    included) and write it atomically (temporary file, then rename)."""
     plt = require_matplotlib()
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(
+        buf,
+        format="png",
+        dpi=DPI,
+        metadata={"Software": None},
+        bbox_inches="tight",
+        pad_inches=0.08,
+    )
     plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())
 
@@ -122,11 +187,14 @@ def summary_lines(
     *,
     band: bool = True,
     log_x: bool = False,
+    only: Sequence[Any] | None = None,
 ) -> None:
-    """One line per value of ``group`` over ``x``: a summary's ``metric`` mean and 95% CI."""
+    """One line per value of ``group`` over ``x`` (those in ``only`` where given): a
+    summary's ``metric`` mean and 95% CI."""
     groups: dict[Any, list[Mapping[str, Any]]] = {}
     for s in summary:
-        groups.setdefault(s[group], []).append(s)
+        if only is None or s[group] in only:
+            groups.setdefault(s[group], []).append(s)
     for name, rows in groups.items():
         rows = sorted(rows, key=lambda s: s[x])
         line_ci(
@@ -140,4 +208,12 @@ def summary_lines(
         )
     if log_x:
         ax.set_xscale("log", base=2)
+    lowest, highest = bounds(
+        metric
+    )  # no axis below what the metric can be (e.g. -0.04 preemptions)
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(
+        bottom if lowest is None else max(bottom, lowest),
+        top if highest is None else min(top, highest + 0.02 * (highest - (lowest or 0.0))),
+    )
     ax.legend(fontsize=7)
