@@ -26,7 +26,7 @@ def test_bad_name_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "block-size" in err
 
 
-@pytest.mark.parametrize("seeds", ["1", "0", "x"])
+@pytest.mark.parametrize("seeds", ["2", "1", "0", "x"])
 def test_bad_seeds_is_exit_2(seeds: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["experiment", "lesson", "--seeds", seeds])

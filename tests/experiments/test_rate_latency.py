@@ -27,7 +27,7 @@ def test_every_search_ends_bracketed_to_the_tolerance(result: ExperimentResult) 
     assert tol == rate_latency.QUICK_TOLERANCE
     searches = result.derived["sustained"]
     keys = {(s["workload"], s["scheduler"], s["seed"]) for s in searches}
-    assert len(keys) == len(searches) == 2 * len(rate_latency.SCHEDULERS) * 2
+    assert len(keys) == len(searches) == 2 * len(rate_latency.SCHEDULERS) * framework.QUICK_SEEDS
     checked = 0
     for s in searches:
         low, high = rate_latency.SEARCH[s["workload"]]
@@ -63,4 +63,4 @@ def test_batch_sizes_are_read_at_the_papers_rates(result: ExperimentResult) -> N
     for wl, rate in rate_latency.BATCH_RATE.items():
         assert rate in rate_latency.QUICK_RATES[wl]
         assert rate in rate_latency.RATES[wl]
-        assert rate_latency.batch_ratio(result, wl, "vllm", "orca-max").n == 2
+        assert rate_latency.batch_ratio(result, wl, "vllm", "orca-max").n == framework.QUICK_SEEDS

@@ -45,15 +45,15 @@ def _seeds(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 2:
+    if value < 3:
         raise argparse.ArgumentTypeError(
-            f"got {text!r}; must be an integer >= 2 (an interval needs two seeds)"
+            f"got {text!r}; must be an integer >= 3 (an interval needs three seeds)"
         )
     return value
 
 
 def _common(p: argparse.ArgumentParser, out_help: str) -> None:
-    p.add_argument("--quick", action="store_true", help="Fewer requests, 2 seeds, fewer points.")
+    p.add_argument("--quick", action="store_true", help="Fewer requests, 3 seeds, fewer points.")
     p.add_argument("--out", metavar="DIR", help=out_help)
     p.add_argument(
         "--workers",
@@ -115,7 +115,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     exp.add_argument("name", metavar="NAME", help="One of: " + ", ".join(NAMES) + ".")
     exp.add_argument(
-        "--seeds", type=_seeds, metavar="N", help="Seeds 0..N-1 (default 5; 2 with --quick)."
+        "--seeds", type=_seeds, metavar="N", help="Seeds 0..N-1 (default 5; 3 with --quick)."
     )
     _common(exp, "Results directory (default: results/NAME).")
     exp.set_defaults(func=_cmd_experiment)

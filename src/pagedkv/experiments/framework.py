@@ -31,7 +31,7 @@ from pagedkv.simulation import SimulationConfig, simulate
 from pagedkv.validation import check_int
 
 DEFAULT_SEEDS = 5
-QUICK_SEEDS = 2
+QUICK_SEEDS = 3
 TIMELINE_BINS = 60
 """Time bins of a memory timeline: enough to see its shape, small enough to ship between
 processes."""
@@ -188,7 +188,7 @@ def run_experiment(
 ) -> ExperimentResult:
     """Plan, run, summarize, plot and (with ``out``) write one experiment."""
     if seeds is not None:
-        check_int("seeds", seeds, 2)  # a spread needs two seeds (an interval stats.MIN_N)
+        check_int("seeds", seeds, 3)  # an interval needs stats.MIN_N seeds
     count = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
     plan: Plan = module.plan(quick, seed_list(count))
     rows, timelines = run_plan(plan, workers=workers, label=module.NAME)

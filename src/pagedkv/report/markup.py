@@ -20,12 +20,12 @@ VERDICT_CLASS = {
 """The five verdicts of ``pagedkv.experiments.verdict``, by row class (the report reads
 claims.json, never the engine, so the names are repeated here)."""
 QUICK_MEANING = (
-    "fewer requests per run, 2 seeds and fewer configurations than the full run (the same "
-    "command without --quick); with fewer than 3 seeds no interval is computed, so these "
-    "figures show what the experiment looks like, not what it finds"
+    "fewer requests per run, 3 seeds and fewer configurations than the full run (the same "
+    "command without --quick): intervals over 3 seeds are wide, so these figures show what "
+    "the experiment looks like more than what it finds"
 )
 """What ``--quick`` means, the banner's text (``pagedkv experiment --help``: fewer requests,
-2 seeds, fewer points)."""
+3 seeds, fewer points)."""
 
 
 def esc(value: object) -> str:
