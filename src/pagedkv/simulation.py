@@ -96,7 +96,16 @@ class HardwareConfig:
     )
     num_gpu_blocks: int | None = int_field(
         None,
-        "KV blocks per GPU, overriding what the memory left after the weights holds.",
+        "Usable KV blocks per GPU, overriding what the memory left after the weights holds "
+        "(vllm-v1's null block not counted: vLLM's --num-gpu-blocks-override counts it).",
+        1,
+        MAX_BLOCKS,
+    )
+    num_gpu_blocks_override: int | None = int_field(
+        None,
+        "vLLM's --num-gpu-blocks-override: KV blocks per GPU in all, vLLM v1's null block "
+        "included, so vllm-v1 uses N - 1 and the other policies (no null block) N. Given with "
+        "num_gpu_blocks, the two must agree.",
         1,
         MAX_BLOCKS,
     )
@@ -147,8 +156,9 @@ class HardwareConfig:
         )
         check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
-        if self.num_gpu_blocks is not None:
-            check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
+        for name in ("num_gpu_blocks", "num_gpu_blocks_override"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
         check_int("block_size", self.block_size, 1)
         if self.watermark is not None:
             check_fraction("watermark", self.watermark)
@@ -235,6 +245,8 @@ class SimulationConfig:
             object.__setattr__(self, "hardware", hardware)
         if self.hardware.enable_pinned_prefixes:
             check_policy(self.scheduler.scheduler)  # contiguous memory cannot share blocks
+        allocated_gpu_blocks(self.hardware, self.scheduler.scheduler)  # a conflicting pair
+
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
@@ -319,6 +331,31 @@ class SimulationResult:
         return pd.DataFrame(self.steps)
 
 
+def allocated_gpu_blocks(hw: HardwareConfig, scheduler: str) -> int | None:
+    """The GPU blocks the policy's allocator is given, its null blocks included (vllm-v1 keeps
+    one, vLLM's null block; the other policies none): num_gpu_blocks + null blocks, or
+    num_gpu_blocks_override (vLLM's meaning: all blocks), or None (what the memory holds).
+    Both given and disagreeing, or an override with no usable block, is a ``ConfigError``."""
+    null = SCHEDULERS[scheduler].null_blocks
+    usable, total = hw.num_gpu_blocks, hw.num_gpu_blocks_override
+    if total is not None and total <= null:
+        raise ConfigError(
+            "num_gpu_blocks_override",
+            total,
+            f"must be >= {null + 1} for {scheduler} (vLLM keeps {null} block as its null block)",
+        )
+    if usable is not None and total is not None and total != usable + null:
+        raise ConfigError(
+            "num_gpu_blocks_override",
+            total,
+            f"counts all blocks, {null} null block(s) of {scheduler} included: with "
+            f"num_gpu_blocks {usable} it must be {usable + null} (or give only one of them)",
+        )
+    if usable is not None:
+        return usable + null
+    return total
+
+
 def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     """The memory and the clock ``build_engine`` gives the policy, with every check it makes
     before the workload: the pools' footprint (``pagedkv.footprint``), the policy's memory
@@ -328,8 +365,9 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     model = serving_model(get_model(hw.model), hw.dtype, hw.kv_cache_dtype)
     gpu = get_gpu(hw.gpu)
     tp = hw.tensor_parallel_size
-    if hw.num_gpu_blocks is not None:
-        num_blocks = hw.num_gpu_blocks
+    given = allocated_gpu_blocks(hw, sched.scheduler)
+    if given is not None:
+        num_blocks = given
     else:
         num_blocks = kv_capacity(
             gpu,
@@ -343,6 +381,8 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     )
     requests = config.workload.planned_requests or 0
     field = "num_gpu_blocks" if num_blocks >= cpu_blocks else "swap_space"
+    if field == "num_gpu_blocks" and hw.num_gpu_blocks is None and given is not None:
+        field = "num_gpu_blocks_override"
     check_memory(
         field,
         getattr(hw, field),
