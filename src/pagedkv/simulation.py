@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,15 +204,25 @@ _SECTIONS: dict[str, type] = {
     "workload": WorkloadConfig,
 }
 _RUN_KEYS = ("reference", "trace_steps")
+FLAT_ALIASES = {
+    "dataset_name": "workload",
+    "dataset_path": "trace_path",
+    "num_prompts": "num_requests",
+}
+"""vllm bench serve's names of our flat keys (alias -> key): the same option, either name
+(docs/vllm-flags.md); both given and different is an error, ``to_flat`` writes the key."""
 
 
 def _flat_keys() -> dict[str, list[tuple[str, str]]]:
-    """Flat key -> [(section, field)]; max_model_len feeds both scheduler and workload."""
+    """Flat key -> [(section, field)]; max_model_len feeds both scheduler and workload; an
+    alias has its key's targets."""
     keys: dict[str, list[tuple[str, str]]] = {}
     for section, cls in _SECTIONS.items():
         for f in dataclasses.fields(cls):
             flat = next((k for k, v in _RENAMED.items() if v == (section, f.name)), f.name)
             keys.setdefault(flat, []).append((section, f.name))
+    for alias, key in FLAT_ALIASES.items():
+        keys[alias] = keys[key]
     return keys
 
 
@@ -222,6 +233,9 @@ def flat_help() -> dict[str, str]:
     """Help text of every flat key (the CLI's flags)."""
     out = {}
     for key, targets in FLAT_KEYS.items():
+        if key in FLAT_ALIASES:
+            out[key] = f"vllm bench serve's name of --{FLAT_ALIASES[key].replace('_', '-')}."
+            continue
         section, name = targets[0]
         f = next(f for f in dataclasses.fields(_SECTIONS[section]) if f.name == name)
         out[key] = str(f.metadata.get("help", ""))
@@ -247,7 +261,6 @@ class SimulationConfig:
             check_policy(self.scheduler.scheduler)  # contiguous memory cannot share blocks
         allocated_gpu_blocks(self.hardware, self.scheduler.scheduler)  # a conflicting pair
 
-
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
         """Build from flat keys (CLI flags, YAML); unknown keys are one clear error."""
@@ -255,6 +268,7 @@ class SimulationConfig:
             raise ConfigError(
                 "config", values, "must be a mapping of option names to values (flat keys)"
             )
+        values = _resolve_aliases(values)
         parts: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
         run: dict[str, Any] = {}
         for key, value in values.items():
@@ -269,8 +283,11 @@ class SimulationConfig:
         if "max_model_len" not in values:  # the model's own limit, as vLLM derives it
             max_len = get_model(hardware.model).max_model_len
             parts["scheduler"]["max_model_len"] = parts["workload"]["max_model_len"] = max_len
-        if parts["workload"].get("request_rate") is not None and "arrival" not in values:
-            parts["workload"]["arrival"] = "poisson"  # a rate alone means Poisson arrivals
+        rate = parts["workload"].get("request_rate")
+        if rate is not None and "arrival" not in values and not _infinite(rate):
+            # a rate alone means Poisson arrivals, gamma ones with a burstiness (as in vLLM)
+            bursty = values.get("burstiness", 1.0) != 1.0
+            parts["workload"]["arrival"] = "gamma" if bursty else "poisson"
         return cls(
             hardware,
             SchedulerConfig(**parts["scheduler"]),
@@ -292,12 +309,33 @@ class SimulationConfig:
         """Every flat key with its value (enums as their names): the JSON's ``config``."""
         out: dict[str, Any] = {}
         for key, targets in FLAT_KEYS.items():
+            if key in FLAT_ALIASES:
+                continue
             section, name = targets[0]
             value = getattr(getattr(self, section), name)
             out[key] = value.value if isinstance(value, enum.Enum) else value
         out["reference"] = self.reference
         out["trace_steps"] = self.trace_steps
         return out
+
+
+def _infinite(rate: object) -> bool:
+    """vLLM's --request-rate inf (the string too, as YAML has no bare inf)."""
+    return rate == "inf" or (isinstance(rate, float) and math.isinf(rate) and rate > 0)
+
+
+def _resolve_aliases(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every alias (``FLAT_ALIASES``) replaced by its key."""
+    out = {k: v for k, v in values.items() if k not in FLAT_ALIASES}
+    for alias, key in FLAT_ALIASES.items():
+        if alias not in values:
+            continue
+        if key in values and values[key] != values[alias]:
+            raise ConfigError(
+                alias, values[alias], f"is another name of {key}, given as {values[key]!r}"
+            )
+        out[key] = values[alias]
+    return out
 
 
 @dataclass
@@ -444,14 +482,16 @@ def build_engine(
         assert window is not None
         executor = WindowedExecutor(cost, window)  # so no fast-forward
         windowed = True
+    cap = config.workload.max_concurrency
     engine = Engine(
         policy(sched, kv),
         executor,
         specs,
         check_integrity=check_integrity,
-        reference=config.reference or windowed,
+        reference=config.reference or windowed or cap is not None,  # the cap: step by step
         trace_steps=config.trace_steps,
         token_times=token_times,
+        max_concurrency=cap,
     )
     if hw.enable_pinned_prefixes:  # explicit sharing: pin the prefixes, prefill them at t = 0
         check_policy(sched.scheduler, kv)
