@@ -420,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_save_result_flags(simulate)
     _add_simulate_flags(simulate)
+    from pagedkv.vllm_flags import add_refused_flags
+
+    add_refused_flags(simulate)
     simulate.set_defaults(func=_cmd_simulate)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
