@@ -81,3 +81,27 @@ def test_alias_flags_reach_the_config() -> None:
     config = _load_config(args)
     assert (config.workload.kind.value, config.workload.num_requests) == ("random", 12)
     assert config.workload.random_input_len == 64
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--random-input-len", "64"], "random_input_len"),  # the lesson is not 'random'
+        (["--dataset-name", "random", "--tokenizer", "tok"], "tokenizer"),
+        (["--dataset-name", "random", "--dataset-path", "s.json"], "trace_path"),
+        (["--dataset-name", "sharegpt"], "trace_path"),
+        (["--dataset-name", "sharegpt", "--dataset-path", "s.csv"], "trace_path"),
+        (["--num-prompts", "5", "--num-requests", "6"], "num_prompts"),
+        (["--burstiness", "0.5"], "burstiness"),  # no rate: all at once
+        (["--arrival", "gamma", "--request-rate", "inf"], "request_rate"),
+        (["--max-concurrency", "0"], "max_concurrency"),
+        (["--dataset-name", "random", "--random-range-ratio", "1"], "random_range_ratio"),
+    ],
+)
+def test_a_combination_that_makes_no_sense_is_one_line(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *argv]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith(f"pagedkv: error: {field}: ")

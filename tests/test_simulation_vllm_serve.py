@@ -62,7 +62,7 @@ def _sent_and_done(flat: dict[str, object]) -> tuple[list[float], list[dict[str,
     return arrivals, simulate(config, check_integrity=True).requests
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     st.integers(1, 12),
     st.sampled_from(["vllm", "vllm-v1", "orca-max", "static"]),

@@ -52,7 +52,8 @@ from pagedkv.validation import (
     int_field,
     read_yaml,
 )
-from pagedkv.workloads.config import WorkloadConfig
+from pagedkv.workloads.arrivals import Arrival
+from pagedkv.workloads.config import WorkloadConfig, WorkloadKind
 from pagedkv.workloads.factory import make_workload
 
 
@@ -268,7 +269,7 @@ class SimulationConfig:
             raise ConfigError(
                 "config", values, "must be a mapping of option names to values (flat keys)"
             )
-        values = _resolve_aliases(values)
+        values = _infinite_rate(_resolve_aliases(values))
         parts: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
         run: dict[str, Any] = {}
         for key, value in values.items():
@@ -322,6 +323,26 @@ class SimulationConfig:
 def _infinite(rate: object) -> bool:
     """vLLM's --request-rate inf (the string too, as YAML has no bare inf)."""
     return rate == "inf" or (isinstance(rate, float) and math.isinf(rate) and rate > 0)
+
+
+def _infinite_rate(values: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's --request-rate inf (its default) sends every request at once: ``values`` with
+    it as no rate, which is arrival 'all-at-once' (set for a trace, whose default is its own
+    times, as any arrival process replaces them). With another arrival it is an error."""
+    rate = values.get("request_rate")
+    if not _infinite(rate):
+        return values
+    arrival = values.get("arrival")
+    name = str(getattr(arrival, "value", arrival))
+    if arrival is not None and name != Arrival.ALL_AT_ONCE.value:
+        raise ConfigError(
+            "request_rate", rate, f"inf means all at once: arrival {name!r} needs a finite rate"
+        )
+    out = {k: v for k, v in values.items() if k != "request_rate"}
+    kind = values.get("workload")
+    if str(getattr(kind, "value", kind)) == WorkloadKind.TRACE.value:
+        out["arrival"] = Arrival.ALL_AT_ONCE.value
+    return out
 
 
 def _resolve_aliases(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError, IntegrityError
 from pagedkv.memory.usage import MemoryUsage
+from pagedkv.workloads.client import ConcurrencyCap
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -84,13 +85,10 @@ class Engine:
         # Only a policy that promises its decisions change at events alone is fast-forwarded
         # (``Scheduler.decides_at_events``); any other steps every round, correct as it is.
         # A client cap on requests in flight (vllm bench serve's --max-concurrency): a request
-        # is sent only while fewer than that many are in flight: at its arrival, or when a slot
-        # frees (``_freed_at``) if it came earlier; its arrival_time becomes the send time.
-        # The fast path does not know it: step by step.
-        self.max_concurrency = max_concurrency
-        self._in_flight = 0
-        self._freed_at = 0.0
-        capped = max_concurrency is not None
+        # is handed over only while a slot is free, and its arrival_time becomes its send time
+        # (``workloads.client``). The fast path does not know it: step by step.
+        self.cap = None if max_concurrency is None else ConcurrencyCap(max_concurrency)
+        capped = self.cap is not None
         fast = type(scheduler).decides_at_events and not (reference or trace_steps or capped)
         self.fast_forward = FastForward(self) if fast else None
         self.progress: Callable[[int, int], None] | None = None  # (ended, total)
@@ -107,7 +105,7 @@ class Engine:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
         pending, released, now = self.pending, self.released, self.now
         while True:
-            if self._capped:
+            if self.cap is not None and not self.cap.free:
                 return
             if released and released[0][0] <= now:
                 head = released[0][2]
@@ -119,21 +117,16 @@ class Engine:
                 head = pending.popleft()
             else:
                 return
-            if self.max_concurrency is not None:
-                head.arrival_time = max(head.arrival_time, self._freed_at)  # when it is sent
+            if self.cap is not None:
+                head.arrival_time = self.cap.send(head.arrival_time)
             if not self.scheduler.add_request(head):
                 self._reject_followups(head)
-            elif self.max_concurrency is not None:
-                self._in_flight += 1
-
-    @property
-    def _capped(self) -> bool:
-        """The client may send nothing now: max_concurrency requests are in flight."""
-        return self.max_concurrency is not None and self._in_flight >= self.max_concurrency
+                if self.cap is not None:  # refused at once: its slot is free again
+                    self.cap.release(head.arrival_time)
 
     @property
     def next_arrival(self) -> float | None:
-        if self._capped:  # the next request is sent when one in flight ends, not at a time
+        if self.cap is not None and not self.cap.free:  # sent when one in flight ends
             return None
         first = self.pending[0].arrival_time if self.pending else None
         if self.released and (first is None or self.released[0][0] < first):
@@ -259,10 +252,8 @@ class Engine:
                 if done.n > 1:
                     done.complete_samples()
                 self._ended += 1
-                if self.max_concurrency is not None:
-                    if self._capped:
-                        self._freed_at = self.now
-                    self._in_flight -= 1
+                if self.cap is not None:
+                    self.cap.release(self.now)
                 if self.followups:
                     self._release_followups(done)
         if finished and self.progress is not None:

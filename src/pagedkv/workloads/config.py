@@ -155,9 +155,9 @@ class WorkloadConfig:
     )
     request_rate: float | None = float_field(
         None,
-        "Mean arrival rate in requests per second, for 'poisson' and 'gamma' (given alone it "
-        "means 'poisson', or 'gamma' with a burstiness other than 1); 'inf' (vLLM's default) "
-        "is arrival 'all-at-once'.",
+        "Mean arrival rate in requests per second, for 'poisson' and 'gamma' (as a flag or a "
+        "config key given alone it means 'poisson', or 'gamma' with a burstiness other than "
+        "1; there 'inf', vLLM's default, means arrival 'all-at-once').",
         MIN_RATE,
         MAX_RATE,
     )
@@ -318,7 +318,6 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         kind = check_choice("kind", self.kind, WorkloadKind)
         object.__setattr__(self, "kind", kind)
-        self._infinite_rate()
         check_bounds(self)
         if self.arrival is not None:
             object.__setattr__(self, "arrival", check_choice("arrival", self.arrival, Arrival))
@@ -396,24 +395,6 @@ class WorkloadConfig:
             n = LESSON.num_requests if self.kind is WorkloadKind.LESSON else DEFAULT_NUM_REQUESTS
         width = max(self.num_samples, self.beam_width)
         return n * width if self.samples_as_requests else n
-
-    def _infinite_rate(self) -> None:
-        """vLLM's --request-rate inf (its default) sends every request at once: it is arrival
-        'all-at-once' (a trace's times are replaced, as by any arrival process), kept as
-        request_rate None so that one field says it."""
-        rate: object = self.request_rate  # from YAML, the text 'inf' too
-        if not (rate == "inf" or (isinstance(rate, float) and rate == math.inf)):
-            return
-        arrival = None if self.arrival is None else check_choice("arrival", self.arrival, Arrival)
-        if arrival not in (None, Arrival.ALL_AT_ONCE):
-            raise ConfigError(
-                "request_rate",
-                rate,
-                f"inf means all at once: arrival {arrival.value!r} needs a finite rate",
-            )
-        object.__setattr__(self, "request_rate", None)
-        if self.kind is WorkloadKind.TRACE:
-            object.__setattr__(self, "arrival", Arrival.ALL_AT_ONCE)
 
     def _check_random(self) -> None:
         """Kind 'random': vLLM's defaults for the fields not given, then its checks; the
