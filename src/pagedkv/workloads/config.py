@@ -110,7 +110,7 @@ VLLM_RANDOM_DEFAULTS = {
     "random_prefix_len": 0,
 }
 """``vllm bench serve``'s defaults for its random dataset (``RandomDataset`` in
-``vllm/benchmarks/datasets``: DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_RANGE_RATIO,
+``vllm/benchmarks/datasets/random.py``: DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_RANGE_RATIO,
 DEFAULT_PREFIX_LEN)."""
 FILE_KINDS = (WorkloadKind.TRACE, WorkloadKind.SHAREGPT)
 """The kinds read from a file (``trace_path``, vLLM's ``dataset_path``)."""

@@ -1,7 +1,7 @@
 """Kind 'random': ``vllm bench serve --dataset-name random``'s lengths, with its shared prefix.
 
-vLLM's ``RandomDataset`` (``vllm/benchmarks/datasets``, ``get_sampling_params`` and
-``sample``) draws each request's input length uniformly from the integers
+vLLM's ``RandomDataset`` (``vllm/benchmarks/datasets/random.py``, ``get_sampling_params``
+and ``sample``) draws each request's input length uniformly from the integers
 [floor(L_in (1 - r)), ceil(L_in (1 + r))] and its output length from [max(1, floor(L_out
 (1 - r))), ceil(L_out (1 + r))], r = ``random_range_ratio`` in [0, 1) (``WorkloadConfig.
 random_ranges``), and puts one prefix of ``random_prefix_len`` random tokens, the same for every

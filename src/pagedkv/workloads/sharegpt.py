@@ -47,7 +47,7 @@ class ShareGPTImport:
 VLLM_MIN_LEN = 4
 VLLM_MAX_PROMPT_LEN = 1024
 VLLM_MAX_TOTAL_LEN = 2048
-"""vLLM's filter of ShareGPT pairs (``is_valid_sequence`` in ``vllm/benchmarks/datasets``,
+"""vLLM's filter of ShareGPT pairs (``is_valid_sequence``, ``vllm/benchmarks/datasets/utils.py``,
 defaults min_len 4, max_prompt_len 1024, max_total_len 2048): a prompt or an output under 4
 tokens, a prompt over 1024 or a pair over 2048 is skipped."""
 
@@ -216,7 +216,7 @@ def load_sharegpt_vllm(
     seed: int = 0,
 ) -> VllmShareGPT:
     """``num_requests`` requests from a ShareGPT-format file, as vLLM's ``ShareGPTDataset``
-    samples them (``vllm/benchmarks/datasets``):
+    samples them (``vllm/benchmarks/datasets/sharegpt.py``):
 
     1. keep the items whose ``conversations`` list has at least two turns, and shuffle them
        with the seed (``numpy.random.default_rng(seed)``; vLLM shuffles with Python's
