@@ -51,6 +51,9 @@ line override the file. Unset options keep pagedkv.simulate's defaults.
 
 --json - writes the JSON on standard output (the table then goes to stderr).
 --save-result FILE writes vllm bench serve's result file (docs/vllm-results.md).
+vLLM's flags (docs/vllm-flags.md): booleans as --x, --no-x or --x=true|false; -tp;
+vllm bench serve's --dataset-name, --num-prompts, --request-rate inf, --max-concurrency ...;
+a vLLM flag pagedkv does not model (--enforce-eager) is refused in one line, saying why.
 
 exit codes (all of them: pagedkv --help):
   {EXIT_OK}  the run finished
