@@ -109,7 +109,7 @@ def test_no_parser_takes_abbreviations() -> None:
     "argv",
     [
         ["simulate", "--num-gpu", "5"],  # a prefix of --num-gpu-blocks
-        ["simulate", "--burstiness", "0.5"],  # a prefix of --burstiness-cv
+        ["simulate", "--random-input", "5"],  # a prefix of --random-input-len
         ["plan", "--tol", "0.1"],  # a prefix of --tolerance
         ["sweep", "spec.yaml", "--retry"],  # a prefix of --retry-failed
     ],

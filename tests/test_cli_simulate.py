@@ -293,7 +293,11 @@ BAD_NUMBERS = [
         "num_requests: got 1000000000",
     ),
     (lambda _: ["--workload", "sharegpt-like", "--request-rate", "nan"], "request_rate: got nan"),
-    (lambda _: ["--workload", "sharegpt-like", "--request-rate", "inf"], "request_rate: got inf"),
+    (lambda _: ["--workload", "sharegpt-like", "--request-rate=-inf"], "request_rate: got -inf"),
+    (
+        lambda _: ["--arrival", "poisson", "--request-rate", "inf"],
+        "request_rate: got inf; inf means all at once",
+    ),
     (lambda _: ["--watermark", "nan"], "watermark: got nan"),
     (lambda _: ["--max-model-len", str(1 << 40)], "max_model_len: got 1099511627776"),
     (lambda _: ["--seed", "-1"], "seed: got -1"),

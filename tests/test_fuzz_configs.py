@@ -93,7 +93,7 @@ def workload(draw: st.DrawFn, mml: int) -> Flat:
         if flat["arrival"] != "all-at-once":
             flat["request_rate"] = draw(st.sampled_from([0.5, 5.0, 100.0]))
         if flat["arrival"] == "gamma":
-            flat["burstiness_cv"] = draw(st.sampled_from([0.5, 2.0]))
+            flat["burstiness"] = draw(st.sampled_from([0.25, 4.0]))
     sampling = draw(st.sampled_from(["one", "samples", "beams"]))
     if sampling == "samples":
         flat["num_samples"] = draw(st.integers(2, 3))

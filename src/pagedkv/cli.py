@@ -51,6 +51,9 @@ line override the file. Unset options keep pagedkv.simulate's defaults.
 
 --json - writes the JSON on standard output (the table then goes to stderr).
 --save-result FILE writes vllm bench serve's result file (docs/vllm-results.md).
+vLLM's flags (docs/vllm-flags.md): booleans as --x, --no-x or --x=true|false; -tp;
+vllm bench serve's --dataset-name, --num-prompts, --request-rate inf, --max-concurrency ...;
+a vLLM flag pagedkv does not model (--enforce-eager) is refused in one line, saying why.
 
 exit codes (all of them: pagedkv --help):
   {EXIT_OK}  the run finished
@@ -145,6 +148,43 @@ def _flag_types() -> dict[str, tuple[type, Any]]:
     return out
 
 
+_SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
+"""vLLM's short spellings of our flags."""
+_BOOL_VALUES = {"true": True, "false": False, "1": True, "0": False}
+"""What ``--flag=VALUE`` takes, in any case: vLLM's ``StoreBoolean`` (``--flag=true|false``,
+``--enable-chunked-prefill=False``) and 1/0."""
+
+
+class _BoolFlag(argparse.Action):
+    """A boolean flag the ways vLLM spells one: ``--x``, ``--no-x`` (vLLM's
+    ``BooleanOptionalAction``), and ``--x=VALUE`` with a value of ``_BOOL_VALUES``."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        strings = []
+        for flag in option_strings:
+            strings.append(flag)
+            if flag.startswith("--"):
+                strings.append("--no-" + flag[2:])
+        super().__init__(strings, dest, nargs="?", metavar="BOOL", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        negated = bool(option_string and option_string.startswith("--no-"))
+        if values is None:
+            setattr(namespace, self.dest, not negated)
+            return
+        value = _BOOL_VALUES.get(str(values).lower())
+        if negated or value is None:
+            allowed = "takes no value" if negated else "takes true, false, 1 or 0"
+            raise ConfigError(str(option_string), values, allowed)
+        setattr(namespace, self.dest, value)
+
+
 def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
     from pagedkv.simulation import FLAT_KEYS, flat_help
 
@@ -155,18 +195,21 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
         if section not in groups:
             groups[section] = parser.add_argument_group(f"{section} options")
         kind, hint = types_[key]
-        flag = "--" + key.replace("_", "-")
+        flags = [
+            "--" + key.replace("_", "-"),
+            *([_SHORT_FLAGS[key]] if key in _SHORT_FLAGS else []),
+        ]
         common: dict[str, Any] = {
             "dest": _FLAT + key,
             "help": text.replace("%", "%%"),
             "default": argparse.SUPPRESS,  # only what was given reaches from_flat
         }
         if kind is bool:
-            groups[section].add_argument(flag, action=argparse.BooleanOptionalAction, **common)
+            groups[section].add_argument(*flags, action=_BoolFlag, **common)
             continue
         choices = _enum_values(hint)
         metavar = "{" + ",".join(choices) + "}" if choices else {int: "N", float: "X"}.get(kind)
-        groups[section].add_argument(flag, type=kind, metavar=metavar or key.upper(), **common)
+        groups[section].add_argument(*flags, type=kind, metavar=metavar or key.upper(), **common)
 
 
 class _ProgressBar:
@@ -294,8 +337,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         check_output_file("--json", args.json)
     from pagedkv.engine.models import get_model
+    from pagedkv.workloads.factory import workload_notes
 
-    for note in get_model(config.hardware.model).notes:  # what a config.json reader assumed
+    notes = [*get_model(config.hardware.model).notes, *workload_notes(config.workload)]
+    for note in notes:  # what a config.json or a ShareGPT reader assumed
         print(f"pagedkv: note: {note}", file=sys.stderr)
     bar = _ProgressBar(enabled=not args.quiet)
     try:
@@ -378,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_save_result_flags(simulate)
     _add_simulate_flags(simulate)
+    from pagedkv.vllm_flags import add_refused_flags
+
+    add_refused_flags(simulate)
     simulate.set_defaults(func=_cmd_simulate)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

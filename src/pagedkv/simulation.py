@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,8 @@ from pagedkv.validation import (
     int_field,
     read_yaml,
 )
-from pagedkv.workloads.config import WorkloadConfig
+from pagedkv.workloads.arrivals import Arrival
+from pagedkv.workloads.config import WorkloadConfig, WorkloadKind
 from pagedkv.workloads.factory import make_workload
 
 
@@ -96,7 +98,16 @@ class HardwareConfig:
     )
     num_gpu_blocks: int | None = int_field(
         None,
-        "KV blocks per GPU, overriding what the memory left after the weights holds.",
+        "Usable KV blocks per GPU, overriding what the memory left after the weights holds "
+        "(vllm-v1's null block not counted: vLLM's --num-gpu-blocks-override counts it).",
+        1,
+        MAX_BLOCKS,
+    )
+    num_gpu_blocks_override: int | None = int_field(
+        None,
+        "vLLM's --num-gpu-blocks-override: KV blocks per GPU in all, vLLM v1's null block "
+        "included, so vllm-v1 uses N - 1 and the other policies (no null block) N. Given with "
+        "num_gpu_blocks, the two must agree.",
         1,
         MAX_BLOCKS,
     )
@@ -147,8 +158,9 @@ class HardwareConfig:
         )
         check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization, lo=0.01)
-        if self.num_gpu_blocks is not None:
-            check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
+        for name in ("num_gpu_blocks", "num_gpu_blocks_override"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
         check_int("block_size", self.block_size, 1)
         if self.watermark is not None:
             check_fraction("watermark", self.watermark)
@@ -193,15 +205,25 @@ _SECTIONS: dict[str, type] = {
     "workload": WorkloadConfig,
 }
 _RUN_KEYS = ("reference", "trace_steps")
+FLAT_ALIASES = {
+    "dataset_name": "workload",
+    "dataset_path": "trace_path",
+    "num_prompts": "num_requests",
+}
+"""vllm bench serve's names of our flat keys (alias -> key): the same option, either name
+(docs/vllm-flags.md); both given and different is an error, ``to_flat`` writes the key."""
 
 
 def _flat_keys() -> dict[str, list[tuple[str, str]]]:
-    """Flat key -> [(section, field)]; max_model_len feeds both scheduler and workload."""
+    """Flat key -> [(section, field)]; max_model_len feeds both scheduler and workload; an
+    alias has its key's targets."""
     keys: dict[str, list[tuple[str, str]]] = {}
     for section, cls in _SECTIONS.items():
         for f in dataclasses.fields(cls):
             flat = next((k for k, v in _RENAMED.items() if v == (section, f.name)), f.name)
             keys.setdefault(flat, []).append((section, f.name))
+    for alias, key in FLAT_ALIASES.items():
+        keys[alias] = keys[key]
     return keys
 
 
@@ -212,6 +234,9 @@ def flat_help() -> dict[str, str]:
     """Help text of every flat key (the CLI's flags)."""
     out = {}
     for key, targets in FLAT_KEYS.items():
+        if key in FLAT_ALIASES:
+            out[key] = f"vllm bench serve's name of --{FLAT_ALIASES[key].replace('_', '-')}."
+            continue
         section, name = targets[0]
         f = next(f for f in dataclasses.fields(_SECTIONS[section]) if f.name == name)
         out[key] = str(f.metadata.get("help", ""))
@@ -235,6 +260,7 @@ class SimulationConfig:
             object.__setattr__(self, "hardware", hardware)
         if self.hardware.enable_pinned_prefixes:
             check_policy(self.scheduler.scheduler)  # contiguous memory cannot share blocks
+        allocated_gpu_blocks(self.hardware, self.scheduler.scheduler)  # a conflicting pair
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> SimulationConfig:
@@ -243,6 +269,7 @@ class SimulationConfig:
             raise ConfigError(
                 "config", values, "must be a mapping of option names to values (flat keys)"
             )
+        values = _infinite_rate(_resolve_aliases(values))
         parts: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
         run: dict[str, Any] = {}
         for key, value in values.items():
@@ -257,8 +284,11 @@ class SimulationConfig:
         if "max_model_len" not in values:  # the model's own limit, as vLLM derives it
             max_len = get_model(hardware.model).max_model_len
             parts["scheduler"]["max_model_len"] = parts["workload"]["max_model_len"] = max_len
-        if parts["workload"].get("request_rate") is not None and "arrival" not in values:
-            parts["workload"]["arrival"] = "poisson"  # a rate alone means Poisson arrivals
+        rate = parts["workload"].get("request_rate")
+        if rate is not None and "arrival" not in values and not _infinite(rate):
+            # a rate alone means Poisson arrivals, gamma ones with a burstiness (as in vLLM)
+            bursty = values.get("burstiness", 1.0) != 1.0
+            parts["workload"]["arrival"] = "gamma" if bursty else "poisson"
         return cls(
             hardware,
             SchedulerConfig(**parts["scheduler"]),
@@ -280,12 +310,53 @@ class SimulationConfig:
         """Every flat key with its value (enums as their names): the JSON's ``config``."""
         out: dict[str, Any] = {}
         for key, targets in FLAT_KEYS.items():
+            if key in FLAT_ALIASES:
+                continue
             section, name = targets[0]
             value = getattr(getattr(self, section), name)
             out[key] = value.value if isinstance(value, enum.Enum) else value
         out["reference"] = self.reference
         out["trace_steps"] = self.trace_steps
         return out
+
+
+def _infinite(rate: object) -> bool:
+    """vLLM's --request-rate inf (the string too, as YAML has no bare inf)."""
+    return rate == "inf" or (isinstance(rate, float) and math.isinf(rate) and rate > 0)
+
+
+def _infinite_rate(values: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's --request-rate inf (its default) sends every request at once: ``values`` with
+    it as no rate, which is arrival 'all-at-once' (set for a trace, whose default is its own
+    times, as any arrival process replaces them). With another arrival it is an error."""
+    rate = values.get("request_rate")
+    if not _infinite(rate):
+        return values
+    arrival = values.get("arrival")
+    name = str(getattr(arrival, "value", arrival))
+    if arrival is not None and name != Arrival.ALL_AT_ONCE.value:
+        raise ConfigError(
+            "request_rate", rate, f"inf means all at once: arrival {name!r} needs a finite rate"
+        )
+    out = {k: v for k, v in values.items() if k != "request_rate"}
+    kind = values.get("workload")
+    if str(getattr(kind, "value", kind)) == WorkloadKind.TRACE.value:
+        out["arrival"] = Arrival.ALL_AT_ONCE.value
+    return out
+
+
+def _resolve_aliases(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every alias (``FLAT_ALIASES``) replaced by its key."""
+    out = {k: v for k, v in values.items() if k not in FLAT_ALIASES}
+    for alias, key in FLAT_ALIASES.items():
+        if alias not in values:
+            continue
+        if key in values and values[key] != values[alias]:
+            raise ConfigError(
+                alias, values[alias], f"is another name of {key}, given as {values[key]!r}"
+            )
+        out[key] = values[alias]
+    return out
 
 
 @dataclass
@@ -319,6 +390,31 @@ class SimulationResult:
         return pd.DataFrame(self.steps)
 
 
+def allocated_gpu_blocks(hw: HardwareConfig, scheduler: str) -> int | None:
+    """The GPU blocks the policy's allocator is given, its null blocks included (vllm-v1 keeps
+    one, vLLM's null block; the other policies none): num_gpu_blocks + null blocks, or
+    num_gpu_blocks_override (vLLM's meaning: all blocks), or None (what the memory holds).
+    Both given and disagreeing, or an override with no usable block, is a ``ConfigError``."""
+    null = SCHEDULERS[scheduler].null_blocks
+    usable, total = hw.num_gpu_blocks, hw.num_gpu_blocks_override
+    if total is not None and total <= null:
+        raise ConfigError(
+            "num_gpu_blocks_override",
+            total,
+            f"must be >= {null + 1} for {scheduler} (vLLM keeps {null} block as its null block)",
+        )
+    if usable is not None and total is not None and total != usable + null:
+        raise ConfigError(
+            "num_gpu_blocks_override",
+            total,
+            f"counts all blocks, {null} null block(s) of {scheduler} included: with "
+            f"num_gpu_blocks {usable} it must be {usable + null} (or give only one of them)",
+        )
+    if usable is not None:
+        return usable + null
+    return total
+
+
 def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     """The memory and the clock ``build_engine`` gives the policy, with every check it makes
     before the workload: the pools' footprint (``pagedkv.footprint``), the policy's memory
@@ -328,8 +424,9 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     model = serving_model(get_model(hw.model), hw.dtype, hw.kv_cache_dtype)
     gpu = get_gpu(hw.gpu)
     tp = hw.tensor_parallel_size
-    if hw.num_gpu_blocks is not None:
-        num_blocks = hw.num_gpu_blocks
+    given = allocated_gpu_blocks(hw, sched.scheduler)
+    if given is not None:
+        num_blocks = given
     else:
         num_blocks = kv_capacity(
             gpu,
@@ -343,6 +440,8 @@ def engine_parts(config: SimulationConfig) -> tuple[CacheConfig, CostModel]:
     )
     requests = config.workload.planned_requests or 0
     field = "num_gpu_blocks" if num_blocks >= cpu_blocks else "swap_space"
+    if field == "num_gpu_blocks" and hw.num_gpu_blocks is None and given is not None:
+        field = "num_gpu_blocks_override"
     check_memory(
         field,
         getattr(hw, field),
@@ -404,14 +503,16 @@ def build_engine(
         assert window is not None
         executor = WindowedExecutor(cost, window)  # so no fast-forward
         windowed = True
+    cap = config.workload.max_concurrency
     engine = Engine(
         policy(sched, kv),
         executor,
         specs,
         check_integrity=check_integrity,
-        reference=config.reference or windowed,
+        reference=config.reference or windowed or cap is not None,  # the cap: step by step
         trace_steps=config.trace_steps,
         token_times=token_times,
+        max_concurrency=cap,
     )
     if hw.enable_pinned_prefixes:  # explicit sharing: pin the prefixes, prefill them at t = 0
         check_policy(sched.scheduler, kv)

@@ -90,14 +90,13 @@ def test_watermark_defaults_to_zero_for_vllm_v1_only() -> None:
     ("flat", "field"),
     [
         ({"enable_prefix_caching": True, "eviction_policy": "lfu"}, "eviction_policy"),
-        ({"num_gpu_blocks": 1}, "num_gpu_blocks"),
+        ({"num_gpu_blocks": None, "num_gpu_blocks_override": 1}, "num_gpu_blocks_override"),
         ({"enable_pinned_prefixes": True, "workload": "shared-prefix", "prefix_len": 8}, "pinned"),
     ],
 )
 def test_what_vllm_v1_cannot_do_is_one_config_error(flat: dict[str, object], field: str) -> None:
-    config = SimulationConfig.from_flat({"scheduler": "vllm-v1", "num_gpu_blocks": 64, **flat})
     with pytest.raises(ConfigError, match=field):
-        simulate(config)
+        simulate(SimulationConfig.from_flat({"scheduler": "vllm-v1", "num_gpu_blocks": 64, **flat}))
 
 
 def test_budget_below_model_length_needs_no_chunked_prefill_flag() -> None:

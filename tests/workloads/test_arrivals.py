@@ -34,7 +34,7 @@ def test_all_at_once_is_all_zero() -> None:
 
 @pytest.mark.parametrize("process", list(Arrival))
 def test_first_request_at_zero_and_times_non_decreasing(process: Arrival) -> None:
-    times = arrival_times(1000, process, rng=_rng(1), rate=3.0, cv=2.0)
+    times = arrival_times(1000, process, rng=_rng(1), rate=3.0, burstiness=0.25)
     assert len(times) == 1000
     assert times[0] == 0.0
     assert times == sorted(times)
@@ -60,7 +60,7 @@ def test_poisson_rate_and_cv(rate: float) -> None:
 
 @pytest.mark.parametrize(("rate", "cv"), [(2.0, 0.5), (2.0, 1.0), (10.0, 2.0), (1.0, 3.0)])
 def test_gamma_rate_and_cv(rate: float, cv: float) -> None:
-    gaps = _gaps(gamma_arrivals(N, rate, cv, _rng(3)))
+    gaps = _gaps(gamma_arrivals(N, rate, 1 / cv**2, _rng(3)))
     # The mean gap's relative standard error is cv / sqrt(n) (0.67% at cv 3): 3% is 4.5 of them.
     assert (N - 1) / gaps.sum() == pytest.approx(rate, rel=0.01 * max(cv, 1.0))
     # The sample CV's relative error: sqrt((kurtosis - 1) / 4n) with kurtosis 3 + 6 cv^2
@@ -82,16 +82,16 @@ def test_gamma_with_cv_one_is_poisson_in_law() -> None:
 
 def test_burstier_means_more_clumped() -> None:
     # Same rate, higher cv: more gaps far below the mean (requests in bursts).
-    regular = _gaps(gamma_arrivals(10_001, 1.0, 0.5, _rng(6)))
-    bursty = _gaps(gamma_arrivals(10_001, 1.0, 2.0, _rng(6)))
+    regular = _gaps(gamma_arrivals(10_001, 1.0, 4.0, _rng(6)))
+    bursty = _gaps(gamma_arrivals(10_001, 1.0, 0.25, _rng(6)))
     assert np.mean(bursty < 0.1) > 3 * np.mean(regular < 0.1)
 
 
 @pytest.mark.parametrize("process", [Arrival.POISSON, Arrival.GAMMA])
 def test_same_seed_same_times_different_seed_different(process: Arrival) -> None:
-    a = arrival_times(100, process, rng=_rng(7), rate=2.0, cv=1.5)
-    assert a == arrival_times(100, process, rng=_rng(7), rate=2.0, cv=1.5)
-    assert a != arrival_times(100, process, rng=_rng(8), rate=2.0, cv=1.5)
+    a = arrival_times(100, process, rng=_rng(7), rate=2.0, burstiness=0.5)
+    assert a == arrival_times(100, process, rng=_rng(7), rate=2.0, burstiness=0.5)
+    assert a != arrival_times(100, process, rng=_rng(8), rate=2.0, burstiness=0.5)
 
 
 def test_poisson_process_is_accepted_by_name() -> None:
@@ -106,8 +106,8 @@ def test_poisson_process_is_accepted_by_name() -> None:
         (10, "poisson", 0.0, 1.0, "request_rate"),
         (10, "poisson", -1.0, 1.0, "request_rate"),
         (10, "poisson", math.inf, 1.0, "request_rate"),
-        (10, "gamma", 1.0, 0.0, "burstiness_cv"),
-        (10, "gamma", 1.0, math.nan, "burstiness_cv"),
+        (10, "gamma", 1.0, 0.0, "burstiness"),
+        (10, "gamma", 1.0, math.nan, "burstiness"),
         (10, "uniform", 1.0, 1.0, "arrival"),
         (-1, "poisson", 1.0, 1.0, "num_requests"),
     ],
@@ -116,5 +116,5 @@ def test_bad_arguments_name_the_field(
     n: int, process: str, rate: float | None, cv: float, field: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        arrival_times(n, process, rng=_rng(), rate=rate, cv=cv)
+        arrival_times(n, process, rng=_rng(), rate=rate, burstiness=cv)
     assert info.value.field == field

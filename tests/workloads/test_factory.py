@@ -40,7 +40,7 @@ SYNTHETIC: list[dict[str, Any]] = [
 ]
 TIMED: list[dict[str, Any]] = [
     {"arrival": "poisson", "request_rate": 4.0},
-    {"arrival": "gamma", "request_rate": 4.0, "burstiness_cv": 3.0},
+    {"arrival": "gamma", "request_rate": 4.0, "burstiness": 0.1},
 ]
 
 
@@ -215,7 +215,8 @@ def test_every_field_has_help() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"kind": "sharegpt"}, "kind"),
+        ({"kind": "vicuna"}, "kind"),
+        ({"kind": "sharegpt"}, "trace_path"),  # vLLM's --dataset-name sharegpt needs its file
         ({"arrival": "bursty"}, "arrival"),
         ({"seed": -1}, "seed"),
         ({"seed": 1.5}, "seed"),
@@ -228,8 +229,8 @@ def test_every_field_has_help() -> None:
         ({"arrival": "poisson", "request_rate": float("nan")}, "request_rate"),
         ({"request_rate": 2.0}, "request_rate"),
         ({"arrival": "all-at-once", "request_rate": 2.0}, "request_rate"),
-        ({"arrival": "gamma", "request_rate": 1.0, "burstiness_cv": 0}, "burstiness_cv"),
-        ({"arrival": "poisson", "request_rate": 1.0, "burstiness_cv": 2.0}, "burstiness_cv"),
+        ({"arrival": "gamma", "request_rate": 1.0, "burstiness": 0}, "burstiness"),
+        ({"arrival": "poisson", "request_rate": 1.0, "burstiness": 2.0}, "burstiness"),
         ({"kind": "fixed", "prompt_len": 10}, "output_len"),
         ({"kind": "fixed", "output_len": 10}, "prompt_len"),
         ({"kind": "fixed", "prompt_len": 0, "output_len": 1}, "prompt_len"),

@@ -31,6 +31,7 @@ from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError, IntegrityError
 from pagedkv.memory.usage import MemoryUsage
+from pagedkv.workloads.client import ConcurrencyCap
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -59,6 +60,7 @@ class Engine:
         trace_steps: bool = False,
         reference: bool = False,
         token_times: bool = False,
+        max_concurrency: int | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.executor = executor
@@ -82,7 +84,12 @@ class Engine:
         self.trace_steps = trace_steps
         # Only a policy that promises its decisions change at events alone is fast-forwarded
         # (``Scheduler.decides_at_events``); any other steps every round, correct as it is.
-        fast = type(scheduler).decides_at_events and not (reference or trace_steps)
+        # A client cap on requests in flight (vllm bench serve's --max-concurrency): a request
+        # is handed over only while a slot is free, and its arrival_time becomes its send time
+        # (``workloads.client``). The fast path does not know it: step by step.
+        self.cap = None if max_concurrency is None else ConcurrencyCap(max_concurrency)
+        capped = self.cap is not None
+        fast = type(scheduler).decides_at_events and not (reference or trace_steps or capped)
         self.fast_forward = FastForward(self) if fast else None
         self.progress: Callable[[int, int], None] | None = None  # (ended, total)
         # With ``token_times``: request id -> the time each output token was sampled (the end
@@ -98,6 +105,8 @@ class Engine:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
         pending, released, now = self.pending, self.released, self.now
         while True:
+            if self.cap is not None and not self.cap.free:
+                return
             if released and released[0][0] <= now:
                 head = released[0][2]
                 if pending and (pending[0].arrival_time, pending[0].request_id) < released[0][:2]:
@@ -108,11 +117,17 @@ class Engine:
                 head = pending.popleft()
             else:
                 return
+            if self.cap is not None:
+                head.arrival_time = self.cap.send(head.arrival_time)
             if not self.scheduler.add_request(head):
                 self._reject_followups(head)
+                if self.cap is not None:  # refused at once: its slot is free again
+                    self.cap.release(head.arrival_time)
 
     @property
     def next_arrival(self) -> float | None:
+        if self.cap is not None and not self.cap.free:  # sent when one in flight ends
+            return None
         first = self.pending[0].arrival_time if self.pending else None
         if self.released and (first is None or self.released[0][0] < first):
             return self.released[0][0]
@@ -237,6 +252,8 @@ class Engine:
                 if done.n > 1:
                     done.complete_samples()
                 self._ended += 1
+                if self.cap is not None:
+                    self.cap.release(self.now)
                 if self.followups:
                     self._release_followups(done)
         if finished and self.progress is not None:

@@ -76,6 +76,7 @@ class Scheduler(abc.ABC):
     name: ClassVar[str]
     always_chunked: ClassVar[bool] = False  # chunked prefill whatever enable_chunked_prefill says
     default_watermark: ClassVar[float] = 0.01  # the watermark when the run sets none (vLLM v0's)
+    null_blocks: ClassVar[int] = 0  # blocks kept out of the pool (vllm-v1: vLLM's null block)
     preempts: ClassVar[bool] = False
     supports_groups: ClassVar[bool] = True  # parallel sampling (a request of n > 1 sequences)
     # The fast path's contract, off unless a policy promises it: between two events (an

@@ -8,10 +8,14 @@ use n - 1 gaps, the run starts with work, and "all at once" is the limit of an i
 Poisson at rate r: gaps are exponential with mean 1/r (coefficient of variation 1); the vLLM
 paper's serving experiments use Poisson arrivals (arXiv 2309.06180, §6.1).
 
-Gamma with coefficient of variation cv at rate r: gaps ~ Gamma(shape k = 1/cv², scale
-θ = 1/(r k)), so the mean gap is k θ = 1/r and the CV is 1/sqrt(k) = cv. cv = 1 is the
-exponential (Poisson); cv > 1 is burstier, cv < 1 more regular. vLLM's benchmark takes the shape
-itself as its ``--burstiness`` factor (burstiness = 1/cv²) with the same scale 1/(rate x shape).
+Gamma with burstiness k at rate r, as vLLM's serving benchmark defines ``--burstiness`` (the
+gamma shape; ``get_request`` in ``vllm/benchmarks/serve.py``): gaps ~ Gamma(shape k, scale
+θ = 1/(r k)), so the mean gap is k θ = 1/r and the coefficient of variation is 1/sqrt(k).
+k = 1 is the exponential (Poisson); k < 1 is burstier, k > 1 more regular.
+
+Where vLLM differs: its first request also waits one gap, and without a ramp-up it rescales the
+n gaps so that they sum to exactly n / r; here the first request arrives at t = 0 and the gaps
+are the draws themselves (so "all at once" is the limit of an infinite rate).
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ class Arrival(enum.Enum):
     POISSON = "poisson"
     """Exponential gaps at ``request_rate``: the vLLM paper's serving workload."""
     GAMMA = "gamma"
-    """Gamma gaps at ``request_rate`` with coefficient of variation ``burstiness_cv``."""
+    """Gamma gaps at ``request_rate`` with shape ``burstiness`` (vLLM's)."""
 
 
 def check_rate(field: str, value: object) -> float:
-    """A finite real number > 0 (requests per second, or a coefficient of variation)."""
+    """A finite real number > 0 (requests per second, or a gamma shape)."""
     allowed = "must be a finite number > 0"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(field, value, allowed)
@@ -53,12 +57,12 @@ def all_at_once(n: int) -> list[float]:
     return [0.0] * n
 
 
-def gamma_arrivals(n: int, rate: float, cv: float, rng: np.random.Generator) -> list[float]:
-    """n arrival times: 0, then cumulative sums of n - 1 Gamma(1/cv², 1/(rate/cv²)) gaps."""
+def gamma_arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> list[float]:
+    """n arrival times: 0, then cumulative sums of n - 1 Gamma(k, 1/(rate k)) gaps, k the
+    burstiness."""
     check_int("num_requests", n, 0)
     rate = check_rate("request_rate", rate)
-    cv = check_rate("burstiness_cv", cv)
-    shape = 1.0 / (cv * cv)
+    shape = check_rate("burstiness", burstiness)
     gaps = rng.gamma(shape, 1.0 / (rate * shape), size=max(n - 1, 0))
     return _cumulative(gaps, n)
 
@@ -77,11 +81,11 @@ def arrival_times(
     *,
     rng: np.random.Generator,
     rate: float | None = None,
-    cv: float = 1.0,
+    burstiness: float = 1.0,
 ) -> list[float]:
     """n non-decreasing arrival times from ``process`` (see the module docstring).
 
-    ``rate`` is needed by 'poisson' and 'gamma'; ``cv`` is used by 'gamma' only. ``rng`` is
+    ``rate`` is needed by 'poisson' and 'gamma'; ``burstiness`` is used by 'gamma' only. ``rng`` is
     drawn from only by the random processes; pass a stream of its own so the lengths of a
     workload do not depend on its arrival process.
     """
@@ -92,7 +96,7 @@ def arrival_times(
         raise ConfigError("request_rate", rate, f"arrival {kind.value!r} needs a request rate")
     if kind is Arrival.POISSON:
         return poisson_arrivals(n, rate, rng)
-    return gamma_arrivals(n, rate, cv, rng)
+    return gamma_arrivals(n, rate, burstiness, rng)
 
 
 def _cumulative(gaps: npt.NDArray[np.float64], n: int) -> list[float]:

@@ -74,6 +74,13 @@ class WorkloadKind(enum.Enum):
     TRANSLATION = "translation"
     """The vLLM paper's shared-prefix case: a 1-shot or 5-shot translation prompt
     (``shared_prefix.py``)."""
+    SHAREGPT = "sharegpt"
+    """A ShareGPT-format .json file read as ``vllm bench serve --dataset-name sharegpt`` reads
+    it: each conversation's first turn and the next one's length (``sharegpt.py``)."""
+    RANDOM = "random"
+    """``vllm bench serve --dataset-name random``: lengths uniform around random_input_len and
+    random_output_len, after one shared prefix of random_prefix_len tokens
+    (``random_dataset.py``)."""
 
 
 class SuffixLengths(enum.Enum):
@@ -86,11 +93,27 @@ class SuffixLengths(enum.Enum):
     UNIFORM = "uniform"
 
 
-SHARING_KINDS = (WorkloadKind.SHARED_PREFIX, WorkloadKind.CHAT, WorkloadKind.TRANSLATION)
+SHARING_KINDS = (
+    WorkloadKind.SHARED_PREFIX,
+    WorkloadKind.CHAT,
+    WorkloadKind.TRANSLATION,
+    WorkloadKind.RANDOM,
+)
 """The kinds whose requests carry token ids (so prefix caching can find what they share)."""
 TRANSLATION_PREFIX_LENS = {1: 80, 5: 341}
 """Shots -> prefix tokens of the vLLM paper's translation case (Kwon et al., SOSP'23, §6.3,
 Fig. 16: a 1-shot prefix of 80 tokens and a 5-shot prefix of 341 tokens)."""
+VLLM_RANDOM_DEFAULTS = {
+    "random_input_len": 1024,
+    "random_output_len": 128,
+    "random_range_ratio": 0.0,
+    "random_prefix_len": 0,
+}
+"""``vllm bench serve``'s defaults for its random dataset (``RandomDataset`` in
+``vllm/benchmarks/datasets/random.py``: DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_RANGE_RATIO,
+DEFAULT_PREFIX_LEN)."""
+FILE_KINDS = (WorkloadKind.TRACE, WorkloadKind.SHAREGPT)
+"""The kinds read from a file (``trace_path``, vLLM's ``dataset_path``)."""
 DEFAULT_NUM_SESSIONS = 100
 DEFAULT_CHAT_TURNS = 4
 DEFAULT_THINK_TIME = 5.0
@@ -107,13 +130,15 @@ class WorkloadConfig:
     kind: WorkloadKind = help_field(
         WorkloadKind.LESSON,
         "Workload: 'lesson', 'sharegpt-like', 'alpaca-like', 'fixed', 'uniform', 'trace', "
-        "'shared-prefix', 'chat' or 'translation'.",
+        "'shared-prefix', 'chat', 'translation', or vllm bench serve's datasets 'sharegpt' "
+        "(a ShareGPT .json file, --dataset-path) and 'random'.",
     )
     num_requests: int | None = int_field(
         None,
         f"Requests (>= 1). Default: the lesson's 20, every request of a trace, "
-        f"{DEFAULT_NUM_REQUESTS} for a synthetic kind (vLLM's benchmark default); the lesson "
-        f"has at most {LESSON_MAX_REQUESTS}; a trace keeps its first num_requests.",
+        f"{DEFAULT_NUM_REQUESTS} for a synthetic kind and 'sharegpt' (vLLM's --num-prompts "
+        f"default); the lesson has at most {LESSON_MAX_REQUESTS}; a trace keeps its first "
+        "num_requests; 'sharegpt' repeats pairs drawn at random if the file has too few.",
         1,
         MAX_REQUESTS,
     )
@@ -130,17 +155,27 @@ class WorkloadConfig:
     )
     request_rate: float | None = float_field(
         None,
-        "Mean arrival rate in requests per second; only for 'poisson' and 'gamma' (all at "
-        "once is arrival 'all-at-once', not an infinite rate).",
+        "Mean arrival rate in requests per second, for 'poisson' and 'gamma' (as a flag or a "
+        "config key given alone it means 'poisson', or 'gamma' with a burstiness other than "
+        "1; there 'inf', vLLM's default, means arrival 'all-at-once').",
         MIN_RATE,
         MAX_RATE,
     )
-    burstiness_cv: float = float_field(
+    burstiness: float = float_field(
         1.0,
-        "Coefficient of variation of the gamma inter-arrival times (> 0): 1 is Poisson, "
-        "above 1 burstier, below 1 more regular. Only 'gamma' may set it to other than 1.",
-        1e-3,
-        1e3,
+        "vLLM's --burstiness: the shape k of the gamma inter-arrival times (> 0; coefficient "
+        "of variation 1/sqrt(k)): 1 is Poisson, below 1 burstier, above 1 more regular. Only "
+        "'gamma' may set it to other than 1.",
+        1e-6,
+        1e6,
+    )
+    max_concurrency: int | None = int_field(
+        None,
+        "vllm bench serve's --max-concurrency: a closed-loop client that sends a request only "
+        "while fewer than N are in flight (sent, not finished); it waits otherwise, and its "
+        "TTFT and E2E count from when it is sent. Default: no cap.",
+        1,
+        MAX_REQUESTS,
     )
     prompt_len: int | None = int_field(
         None, "Prompt tokens of every request (kind 'fixed').", 1, MAX_TOKENS
@@ -161,7 +196,44 @@ class WorkloadConfig:
         None, "Largest output length (kind 'uniform').", 1, MAX_TOKENS
     )
     trace_path: str | None = help_field(
-        None, "Trace file (kind 'trace'): .jsonl or .csv, or a ShareGPT-format .json."
+        None,
+        "Trace file (kind 'trace'): .jsonl or .csv, or a ShareGPT-format .json; for kind "
+        "'sharegpt' the ShareGPT .json (vLLM's --dataset-path).",
+    )
+    tokenizer: str | None = help_field(
+        None,
+        "A local Hugging Face tokenizer directory (its tokenizer.json, read by the "
+        "'tokenizers' library) that counts a ShareGPT file's tokens (kinds 'sharegpt' and "
+        "'trace' with a .json); without one a text of c characters counts ceil(c / 4).",
+    )
+    random_input_len: int | None = int_field(
+        None,
+        "Kind 'random': mean input tokens after the prefix (vLLM's --random-input-len, "
+        "default 1024); drawn uniformly from [floor(L(1 - r)), ceil(L(1 + r))].",
+        0,
+        MAX_TOKENS,
+    )
+    random_output_len: int | None = int_field(
+        None,
+        "Kind 'random': mean output tokens (vLLM's --random-output-len, default 128); drawn "
+        "uniformly from [max(1, floor(L(1 - r))), ceil(L(1 + r))].",
+        1,
+        MAX_TOKENS,
+    )
+    random_range_ratio: float | None = float_field(
+        None,
+        "Kind 'random': r in [0, 1), the half-width of both length ranges as a fraction of "
+        "their means (vLLM's --random-range-ratio, default 0: fixed lengths).",
+        0.0,
+        1.0,
+        hi_open=True,
+    )
+    random_prefix_len: int | None = int_field(
+        None,
+        "Kind 'random': tokens of one prefix every prompt starts with, before its input "
+        "(vLLM's --random-prefix-len, default 0); shared, so prefix caching can find it.",
+        0,
+        MAX_TOKENS,
     )
     max_model_len: int = int_field(
         2048,
@@ -244,9 +316,9 @@ class WorkloadConfig:
     )
 
     def __post_init__(self) -> None:
-        check_bounds(self)
         kind = check_choice("kind", self.kind, WorkloadKind)
         object.__setattr__(self, "kind", kind)
+        check_bounds(self)
         if self.arrival is not None:
             object.__setattr__(self, "arrival", check_choice("arrival", self.arrival, Arrival))
         check_int("seed", self.seed, 0)
@@ -267,6 +339,11 @@ class WorkloadConfig:
                 "search are exclusive)",
             )
         check_int("max_model_len", self.max_model_len, 2)
+        if self.max_concurrency is not None:
+            check_int("max_concurrency", self.max_concurrency, 1)
+        if self.num_requests is None and kind in (WorkloadKind.RANDOM, WorkloadKind.SHAREGPT):
+            object.__setattr__(self, "num_requests", DEFAULT_NUM_REQUESTS)  # vLLM's default
+        self._check_random()
         if self.num_requests is not None:
             check_int("num_requests", self.num_requests, 1)
             if kind is WorkloadKind.LESSON and self.num_requests > LESSON_MAX_REQUESTS:
@@ -280,13 +357,19 @@ class WorkloadConfig:
         self._check_sharing()
         self._only_for(WorkloadKind.FIXED, _FIXED_FIELDS)
         self._only_for(WorkloadKind.UNIFORM, _UNIFORM_FIELDS)
-        self._only_for(WorkloadKind.TRACE, ("trace_path",))
+        if self.trace_path is not None and kind not in FILE_KINDS:
+            raise ConfigError(
+                "trace_path",
+                self.trace_path,
+                f"is only used by kind 'trace' and 'sharegpt', not {kind.value!r}",
+            )
         if kind is WorkloadKind.FIXED or self.lengths is SuffixLengths.FIXED:
             self._check_fixed()
         elif kind is WorkloadKind.UNIFORM or self.lengths is SuffixLengths.UNIFORM:
             self._check_uniform()
-        elif kind is WorkloadKind.TRACE:
+        elif kind in FILE_KINDS:
             self._check_trace()
+        self._check_tokenizer()
         planned = self.planned_requests
         if planned is not None:
             field = "num_sessions" if kind is WorkloadKind.CHAT else "num_requests"
@@ -313,6 +396,74 @@ class WorkloadConfig:
         width = max(self.num_samples, self.beam_width)
         return n * width if self.samples_as_requests else n
 
+    def _check_random(self) -> None:
+        """Kind 'random': vLLM's defaults for the fields not given, then its checks; the
+        fields belong to that kind alone."""
+        names = tuple(VLLM_RANDOM_DEFAULTS)
+        if self.kind is not WorkloadKind.RANDOM:
+            for name in names:
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        name,
+                        getattr(self, name),
+                        f"is only used by kind 'random', not {self.kind.value!r}",
+                    )
+            return
+        for name, default in VLLM_RANDOM_DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        prefix, (lo_in, _), (lo_out, _) = self.random_prefix_len, *self.random_ranges
+        assert isinstance(prefix, int)
+        if prefix + lo_in < 1:
+            raise ConfigError(
+                "random_input_len",
+                self.random_input_len,
+                "with random_prefix_len 0, floor(random_input_len x (1 - random_range_ratio)) "
+                "must be >= 1: a prompt needs a token",
+            )
+        if prefix > self.max_model_len - 2:
+            raise ConfigError(
+                "random_prefix_len",
+                prefix,
+                f"must be <= max_model_len - 2 ({self.max_model_len - 2}): a prompt needs a "
+                "token of its own and a request an output token",
+            )
+        if prefix + max(lo_in, 1) + lo_out > self.max_model_len:
+            raise ConfigError(
+                "random_input_len",
+                self.random_input_len,
+                f"the shortest request (prefix + input + output) must fit max_model_len "
+                f"({self.max_model_len}): every request would be cut",
+            )
+
+    @property
+    def random_ranges(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Kind 'random': the input and output length ranges, both ends included, as vLLM's
+        RandomDataset.get_sampling_params draws them: [floor(L(1 - r)), ceil(L(1 + r))], the
+        output's lower end at least 1 (vLLM subtracts its tokenizer's special tokens from the
+        input length first; without a tokenizer there are none)."""
+        i, o = self.random_input_len, self.random_output_len
+        r = self.random_range_ratio
+        if i is None or o is None or r is None:
+            raise ValueError("random_ranges is only defined for kind 'random'")
+        inputs = (math.floor(i * (1 - r)), math.ceil(i * (1 + r)))
+        outputs = (max(1, math.floor(o * (1 - r))), max(1, math.ceil(o * (1 + r))))
+        return inputs, outputs
+
+    def _check_tokenizer(self) -> None:
+        if self.tokenizer is None:
+            return
+        json_file = self.kind is WorkloadKind.TRACE and str(self.trace_path).endswith(".json")
+        if self.kind is not WorkloadKind.SHAREGPT and not json_file:
+            raise ConfigError(
+                "tokenizer",
+                self.tokenizer,
+                "counts a ShareGPT file's tokens: only for kind 'sharegpt' or a .json trace",
+            )
+        if not isinstance(self.tokenizer, (str, os.PathLike)):
+            raise ConfigError("tokenizer", self.tokenizer, "must be a path to a directory")
+        object.__setattr__(self, "tokenizer", os.fspath(self.tokenizer))
+
     def _check_arrival(self) -> None:
         timed = self.arrival in (Arrival.POISSON, Arrival.GAMMA)
         if timed:
@@ -327,11 +478,11 @@ class WorkloadConfig:
                 self.request_rate,
                 f"is only used by arrival 'poisson' or 'gamma', not {self.arrival_name!r}",
             )
-        check_rate("burstiness_cv", self.burstiness_cv)
-        if self.burstiness_cv != 1.0 and self.arrival is not Arrival.GAMMA:
+        check_rate("burstiness", self.burstiness)
+        if self.burstiness != 1.0 and self.arrival is not Arrival.GAMMA:
             raise ConfigError(
-                "burstiness_cv",
-                self.burstiness_cv,
+                "burstiness",
+                self.burstiness,
                 f"must be 1 unless arrival is 'gamma' (arrival is {self.arrival_name!r})",
             )
 
@@ -375,12 +526,15 @@ class WorkloadConfig:
     def _check_trace(self) -> None:
         path = self.trace_path
         if path is None:
-            raise ConfigError("trace_path", None, "kind 'trace' needs a trace file")
+            raise ConfigError(
+                "trace_path", None, f"kind {self.kind.value!r} needs a file (--dataset-path)"
+            )
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError("trace_path", path, "must be a path")
         text = os.fspath(path)
-        if not isinstance(text, str) or not text.endswith(TRACE_SUFFIXES):
-            raise ConfigError("trace_path", path, "must end in " + ", ".join(TRACE_SUFFIXES))
+        suffixes = TRACE_SUFFIXES if self.kind is WorkloadKind.TRACE else (".json",)
+        if not isinstance(text, str) or not text.endswith(suffixes):
+            raise ConfigError("trace_path", path, "must end in " + ", ".join(suffixes))
         object.__setattr__(self, "trace_path", text)
 
     def _check_sharing(self) -> None:

@@ -6,7 +6,9 @@ The steps, in order:
    the PROMPT and OUTPUT streams of the seed); a trace's lines (``trace.py``: its first
    num_requests lines) or, for a ``.json`` trace, a ShareGPT import (``sharegpt.py``:
    ``num_requests`` pairs drawn with the seed; all of them if unset). Asking a file for more
-   requests than it has is a ConfigError, not a shorter run.
+   requests than it has is a ConfigError, not a shorter run. Kind 'sharegpt' reads its .json
+   file as vLLM's benchmark does (``sharegpt.load_sharegpt_vllm``: one request per
+   conversation, repeated at random if the file has too few).
 2. Arrival times: with ``arrival`` unset, the kind's own: t = 0 for the lesson and the
    synthetic kinds, the file's times for a trace (0 for ShareGPT, which has none). With
    ``arrival`` set, the process's times (``arrivals.py``, the ARRIVALS stream of the seed)
@@ -17,8 +19,9 @@ The steps, in order:
    that order. A trace's own request ids are not kept (``read_trace`` has them); its extra
    columns are.
 
-The sharing kinds ('shared-prefix', 'translation': ``shared_prefix.py``; 'chat': ``chat.py``)
-build their requests whole, token ids included, and do these steps themselves.
+The sharing kinds ('shared-prefix', 'translation': ``shared_prefix.py``; 'chat': ``chat.py``;
+'random': ``random_dataset.py``) build their requests whole, token ids included, and do these
+steps themselves.
 """
 
 from __future__ import annotations
@@ -31,8 +34,14 @@ from pagedkv.workloads.arrivals import arrival_times
 from pagedkv.workloads.chat import chat_workload
 from pagedkv.workloads.config import DEFAULT_NUM_REQUESTS, WorkloadConfig, WorkloadKind
 from pagedkv.workloads.lesson import LESSON, lesson_workload
+from pagedkv.workloads.random_dataset import random_workload
 from pagedkv.workloads.shared_prefix import shared_prefix_workload
-from pagedkv.workloads.sharegpt import import_sharegpt
+from pagedkv.workloads.sharegpt import (
+    counting_note,
+    import_sharegpt,
+    load_sharegpt_vllm,
+    load_tokenizer,
+)
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.synthetic import (
     ALPACA_LIKE,
@@ -93,6 +102,8 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
         return chat_workload(config)
     if config.kind in (WorkloadKind.SHARED_PREFIX, WorkloadKind.TRANSLATION):
         return shared_prefix_workload(config)
+    if config.kind is WorkloadKind.RANDOM:
+        return random_workload(config)
     base = _base_requests(config)
     if config.arrival is None:
         times = [float(r.arrival_time) for r in base]
@@ -102,7 +113,7 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
             config.arrival,
             rng=child_rng(config.seed, Stream.ARRIVALS),
             rate=config.request_rate,
-            cv=config.burstiness_cv,
+            burstiness=config.burstiness,
         )
     prompts, outputs = cap_lengths(
         [r.prompt_len for r in base], [r.output_len for r in base], config.max_model_len
@@ -125,11 +136,22 @@ def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
     n = config.num_requests
     if config.kind is WorkloadKind.LESSON:
         return lesson_workload(LESSON.num_requests if n is None else n)
+    count = None if config.tokenizer is None else load_tokenizer(config.tokenizer)
+    if config.kind is WorkloadKind.SHAREGPT:
+        assert n is not None  # the config fills vLLM's default
+        found = load_sharegpt_vllm(
+            str(config.trace_path), num_requests=n, tokenizer=count, seed=config.seed
+        )
+        return list(found.requests)
     if config.kind is WorkloadKind.TRACE:
         path = Path(str(config.trace_path))
         if path.suffix == ".json":
             return import_sharegpt(
-                path, max_model_len=config.max_model_len, seed=config.seed, num_requests=n
+                path,
+                tokenizer=count,
+                max_model_len=config.max_model_len,
+                seed=config.seed,
+                num_requests=n,
             )
         requests = read_trace(path)
         if n is not None and n > len(requests):
@@ -141,6 +163,14 @@ def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
         DEFAULT_NUM_REQUESTS if n is None else n, config.seed
     )
     return [RequestSpec(i, p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+
+
+def workload_notes(config: WorkloadConfig) -> list[str]:
+    """What the run's output should say about how its workload was read (one line each)."""
+    json_trace = config.kind is WorkloadKind.TRACE and str(config.trace_path).endswith(".json")
+    if config.kind is WorkloadKind.SHAREGPT or json_trace:
+        return [counting_note(config.tokenizer)]
+    return []
 
 
 def as_requests(requests: list[RequestSpec], width: int) -> list[RequestSpec]:

@@ -96,7 +96,7 @@ def start_times(config: WorkloadConfig, n: int) -> list[float]:
         config.arrival,
         rng=child_rng(config.seed, Stream.ARRIVALS),
         rate=config.request_rate,
-        cv=config.burstiness_cv,
+        burstiness=config.burstiness,
     )
 
 

@@ -50,6 +50,7 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
     supports_groups = False
     always_chunked: ClassVar[bool] = True
     default_watermark: ClassVar[float] = 0.0
+    null_blocks: ClassVar[int] = 1
     # Not opted in to the event fast path: its rules (admission order, async frees) are only
     # checked against vLLM round by round, so every round runs the reference loop.
     decides_at_events: ClassVar[bool] = False
@@ -59,7 +60,7 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         """N - 1 usable blocks (vLLM's null block) in vLLM's block pool; the policy applies the
         watermark itself."""
         cls.check_memory(cache, config)
-        usable = dataclasses.replace(cache, num_gpu_blocks=cache.num_gpu_blocks - 1)
+        usable = dataclasses.replace(cache, num_gpu_blocks=cache.num_gpu_blocks - cls.null_blocks)
         gpu = V1BlockPool(usable.num_gpu_blocks, enable_caching=usable.enable_prefix_caching)
         return KVCacheManager(usable, gpu)
 
