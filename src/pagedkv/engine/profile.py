@@ -318,7 +318,13 @@ class Profile:
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile file; a bad one is one ConfigError naming the field."""
+    """Read and validate a profile file, or a built-in profile by name (``a100-80gb/opt-13b``,
+    ``pagedkv.profiles``) where no file of that name exists; a bad one is one ConfigError
+    naming the field."""
+    if not Path(path).exists():
+        from pagedkv.profiles import builtin_path
+
+        path = builtin_path(str(path)) or path
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
