@@ -329,7 +329,10 @@ def load_profile(path: str | Path) -> Profile:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(
-            "profile", str(path), f"must be a readable file ({err.strerror})"
+            "profile",
+            str(path),
+            f"must be a readable file ({err.strerror}) or a built-in profile's name, "
+            "gpu/model (a100-40gb, a100-80gb, h100-sxm x a preset model: pagedkv.profiles)",
         ) from None
     try:
         data = json.loads(text)
