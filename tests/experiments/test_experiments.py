@@ -190,3 +190,22 @@ def test_an_experiment_can_run_on_a_profile() -> None:
     with pytest.raises(ConfigError) as info:
         setups.with_clock(plan, "profiled", "h100-sxm/llama-2-7b")
     assert info.value.field.startswith("profile")
+
+
+def test_runs_added_after_the_grid_take_its_clock() -> None:
+    from types import SimpleNamespace
+
+    from pagedkv.experiments import block_size, setups
+    from pagedkv.simulation import SimulationConfig
+
+    plan = block_size.plan(True, [0, 1])
+    priced = setups.with_clock(plan, "profiled")
+    grid = SimpleNamespace(setup=priced.setup)
+    later = setups.clock_of(grid, plan)  # type: ignore[arg-type]
+
+    def hardware(flat: Any) -> Any:
+        return SimulationConfig.from_flat(dict(flat)).hardware
+
+    assert [hardware(p.flat) for p in later.points] == [hardware(p.flat) for p in priced.points]
+    roofline = setups.clock_of(SimpleNamespace(setup=plan.setup), plan)  # type: ignore[arg-type]
+    assert [p.flat for p in roofline.points] == [p.flat for p in plan.points]

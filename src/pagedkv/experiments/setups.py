@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.simulation import SimulationConfig
 
 if TYPE_CHECKING:
-    from pagedkv.experiments.framework import Plan
+    from pagedkv.experiments.framework import ExperimentResult, Plan
 
 MODEL = "OPT-13B"
 GPU = "A100-40GB"
@@ -75,3 +75,11 @@ def with_clock(plan: Plan, cost_model: str | None, profile: str | None = None) -
     if profiles:
         setup["profile"] = profiles[0] if len(profiles) == 1 else profiles
     return replace(plan, setup=setup, points=points)
+
+
+def clock_of(result: ExperimentResult, plan: Plan) -> Plan:
+    """``plan`` (runs an experiment adds after its grid) on the clock ``result``'s grid ran on."""
+    profile = result.setup.get("profile")
+    return with_clock(
+        plan, result.setup["cost_model"], profile if isinstance(profile, str) else None
+    )
