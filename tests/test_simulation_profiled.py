@@ -50,7 +50,7 @@ def test_fast_equals_reference_and_seconds_come_from_the_profile(profile: str) -
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
-        ({"profile": None}, "profile"),
+        ({"profile": None, "gpu": "L4"}, "profile"),  # no built-in profile of L4 x OPT-13B
         ({"cost_model": "roofline"}, "profile"),
         ({"block_size": 8}, "block_size"),
         ({"model": "OPT-66B"}, "profile.model.num_layers"),

@@ -41,6 +41,7 @@ from pagedkv.footprint import BYTES_PER_BLOCK, BYTES_PER_REQUEST, check_memory, 
 from pagedkv.memory.config import MAX_BLOCK_SIZE, MAX_BLOCKS, CacheConfig, EvictionPolicy
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.profiles import builtin_for
 from pagedkv.validation import (
     check_bool,
     check_bounds,
@@ -142,8 +143,9 @@ class HardwareConfig:
     )
     profile: str | None = help_field(
         None,
-        "Operator profile JSON (`pagedkv profile`) of this model at this block size, read by "
-        "cost_model 'profiled'.",
+        "Operator profile JSON (`pagedkv profile`) of this model at this block size, or a "
+        "built-in one's name (gpu/model, e.g. a100-80gb/opt-13b), read by cost_model "
+        "'profiled'; default: the built-in of --gpu and --model, if any.",
     )
 
     def __post_init__(self) -> None:
@@ -186,7 +188,15 @@ class HardwareConfig:
         """A profile goes with cost_model 'profiled', and must be of this model and block size."""
         profiled = self.cost_model is CostModelKind.PROFILED
         if profiled and self.profile is None:
-            raise ConfigError("profile", None, "cost_model 'profiled' needs a profile file")
+            builtin = builtin_for(get_gpu(self.gpu).name, get_model(self.model).name)
+            if builtin is None:
+                raise ConfigError(
+                    "profile",
+                    None,
+                    "cost_model 'profiled' needs a profile file or a built-in one's name "
+                    f"({self.gpu} x {self.model} has none built in)",
+                )
+            object.__setattr__(self, "profile", builtin)
         if not profiled and self.profile is not None:
             raise ConfigError("profile", self.profile, "is read only with cost_model 'profiled'")
         if self.profile is not None:

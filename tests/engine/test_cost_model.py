@@ -10,7 +10,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pagedkv.engine.batch_shape import BatchShape
-from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
+from pagedkv.engine.cost_model import (
+    CostModel,
+    RooflineConfig,
+    RooflineCost,
+    UnitCost,
+    expected_blocks,
+)
 from pagedkv.engine.gpus import GPUS
 from pagedkv.engine.models import MODELS
 from pagedkv.engine.windows import WindowCurve, search_steps
@@ -23,6 +29,13 @@ MODELS_UNDER_TEST: list[CostModel] = [
     OPT13,
     RooflineCost(GPUS["H100-SXM"], MODELS["Llama-2-70B"], tensor_parallel_size=4),
     RooflineCost(GPUS["L4"], MODELS["Mistral-7B"], config=RooflineConfig(step_overhead_s=0.0)),
+    # the per-block kernel term at its largest (block size 1) and with a large overhead
+    RooflineCost(GPUS["A100-40GB"], MODELS["OPT-13B"], config=RooflineConfig(block_size=1)),
+    RooflineCost(
+        GPUS["H100-SXM"],
+        MODELS["Llama-3-8B"],
+        config=RooflineConfig(block_size=7, paged_block_overhead=5.0, per_sequence_s=1e-4),
+    ),
 ]
 
 chunks = st.lists(st.tuples(st.integers(0, 2048), st.integers(0, 4096)), max_size=12)
@@ -113,6 +126,40 @@ def test_large_prefill_is_compute_bound() -> None:
     assert OPT13.compute_time(shape) == pytest.approx(flops / peak, rel=0.1)
 
 
+@given(st.integers(1, 256), st.integers(1, 5000))
+def test_expected_blocks_is_the_mean_over_where_the_last_block_is_cut(bs: int, c: int) -> None:
+    # A sequence of c + i tokens for i in 0..bs-1 cuts its last block at every offset once.
+    mean = sum(-(-(c + i) // bs) for i in range(bs)) / bs
+    assert expected_blocks(1, c + (bs - 1) / 2, bs) == pytest.approx(mean)  # type: ignore[arg-type]
+    assert expected_blocks(3, 3 * c, bs) == pytest.approx(3 * expected_blocks(1, c, bs))
+
+
+@given(st.integers(1, 256), st.integers(1, 256), st.integers(0, 4096))
+def test_paged_kernel_pays_per_block(n: int, bs: int, context: int) -> None:
+    """Decode reads cost more on smaller blocks, by the configured overhead per block read."""
+    gpu, model = GPUS["A100-40GB"], MODELS["OPT-13B"]
+    small, large = (
+        RooflineCost(gpu, model, config=RooflineConfig(block_size=b)) for b in (bs, 256)
+    )
+    free = RooflineCost(gpu, model, config=RooflineConfig(block_size=bs, paged_block_overhead=0))
+    shape = BatchShape.decode(n, context)
+    assert small.memory_time(shape) >= large.memory_time(shape) >= free.memory_time(shape)
+    extra = small.block_overhead_s * expected_blocks(n, shape.kv_read_tokens, bs)
+    assert small.memory_time(shape) - free.memory_time(shape) == pytest.approx(extra)
+    kv = 16 * model.kv_bytes_per_token_per_gpu(1)
+    per_block = 0.23 * kv / (gpu.mem_bandwidth * 0.8)
+    assert small.block_overhead_s == pytest.approx(per_block)
+
+
+def test_per_sequence_cost_is_on_the_host() -> None:
+    cfg = RooflineConfig(per_sequence_s=1e-3)
+    busy = RooflineCost(GPUS["A100-40GB"], MODELS["OPT-13B"], config=cfg)
+    shape = BatchShape.decode(10, 100)
+    assert busy.step_time(shape) - OPT13.step_time(shape) == pytest.approx(
+        10 * (1e-3 - OPT13.config.per_sequence_s)
+    )
+
+
 def test_tensor_parallelism_splits_the_work() -> None:
     gpu, model = GPUS["A100-80GB"], MODELS["Llama-2-13B"]
     one, two = RooflineCost(gpu, model), RooflineCost(gpu, model, tensor_parallel_size=2)
@@ -189,7 +236,8 @@ def test_swap_time() -> None:
     assert times == sorted(times)
     assert len(set(times)) == 4
     block = 16 * 819_200  # one OPT-13B block: 12.5 MiB over ~25.6 GB/s of PCIe 4.0
-    assert times[1] == pytest.approx(block / (32e9 * 0.8) + 1e-5)
+    copies = 2 * 40 * RooflineConfig().swap_copy_overhead_s  # K and V of each of 40 layers
+    assert times[1] == pytest.approx(block / (32e9 * 0.8) + copies)
     assert UnitCost().swap_time(100) == 0.0
     with pytest.raises(ConfigError) as info:
         OPT13.swap_time(-1)
@@ -204,7 +252,9 @@ def test_swap_time() -> None:
         ({"pcie_efficiency": "high"}, "pcie_efficiency"),
         ({"interconnect_efficiency": True}, "interconnect_efficiency"),
         ({"step_overhead_s": -1e-3}, "step_overhead_s"),
-        ({"swap_block_overhead_s": math.inf}, "swap_block_overhead_s"),
+        ({"swap_copy_overhead_s": math.inf}, "swap_copy_overhead_s"),
+        ({"paged_block_overhead": -0.1}, "paged_block_overhead"),
+        ({"per_sequence_s": math.nan}, "per_sequence_s"),
         ({"allreduce_latency_s": math.nan}, "allreduce_latency_s"),
         ({"block_size": 0}, "block_size"),
     ],

@@ -82,16 +82,19 @@ def test_a_decode_past_the_window_costs_a_decode_at_the_window() -> None:
 
 
 def test_only_sliding_layers_are_clipped() -> None:
-    cfg = RooflineConfig(step_overhead_s=0.0)
+    cfg = RooflineConfig(step_overhead_s=0.0, per_sequence_s=0.0)
     full = RooflineCost(GPUS["H100-SXM"], MODELS["Mistral-7B"], config=cfg)
     half = RooflineCost(GPUS["H100-SXM"], GEMMA2_LIKE, config=cfg)
     allw = RooflineCost(GPUS["H100-SXM"], MISTRAL_WINDOWED, config=cfg)
     shape = BatchShape.decode(64, 20_000)
     clipped = windowed_shape([(1, 20_000)] * 64, 4096)
-    # K/V reads dominate this decode: the memory term, read over 16 of 32 layers less
+    # K/V reads dominate this decode: the memory term, read over 16 of 32 layers less (their
+    # bytes and, at block size 16, the paged kernel's per-block share of them)
     read_saving = (
-        shape.kv_read_tokens - clipped.kv_read_tokens
-    ) * half.model.kv_bytes_per_layer_per_gpu()
+        (shape.kv_read_tokens - clipped.kv_read_tokens)
+        * half.model.kv_bytes_per_layer_per_gpu()
+        * (1 + cfg.paged_block_overhead)
+    )
     byte_s = GPUS["H100-SXM"].mem_bandwidth * cfg.memory_efficiency
     assert full.memory_time(shape) > full.compute_time(shape)
     expected_half = full.memory_time(shape) - 16 * read_saving / byte_s

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pagedkv.errors import ConfigError
 from pagedkv.experiments import framework
 from pagedkv.experiments.registry import EXPERIMENTS
 from pagedkv.experiments.variants import CONTIGUOUS_VARIANTS
@@ -167,3 +168,44 @@ def test_bad_seeds_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="seeds"):
         framework.run_experiment(EXPERIMENTS["lesson"], seeds=1)
+
+
+def test_an_experiment_can_run_on_a_profile() -> None:
+    """--cost-model profiled reprices every point (here with the built-in of the setup's GPU x
+    model) and the setup says so; a bad profile is refused before any run."""
+    from pagedkv.experiments import block_size, setups
+    from pagedkv.simulation import SimulationConfig
+
+    plan = block_size.plan(True, [0, 1])
+    priced = setups.with_clock(plan, "profiled")
+    assert setups.with_clock(plan, None) is plan
+    assert priced.setup["cost_model"] == "profiled"
+    assert priced.setup["profile"] == "a100-40gb/opt-13b"
+    assert all(p.flat["cost_model"] == "profiled" for p in priced.points)
+    assert [p.config for p in priced.points] == [p.config for p in plan.points]
+    config = SimulationConfig.from_flat(dict(priced.points[0].flat))
+    assert config.hardware.profile == "a100-40gb/opt-13b"
+    named = setups.with_clock(plan, None, "a100-80gb/opt-13b")
+    assert named.setup["cost_model"] == "profiled"
+    with pytest.raises(ConfigError) as info:
+        setups.with_clock(plan, "profiled", "h100-sxm/llama-2-7b")
+    assert info.value.field.startswith("profile")
+
+
+def test_runs_added_after_the_grid_take_its_clock() -> None:
+    from types import SimpleNamespace
+
+    from pagedkv.experiments import block_size, setups
+    from pagedkv.simulation import SimulationConfig
+
+    plan = block_size.plan(True, [0, 1])
+    priced = setups.with_clock(plan, "profiled")
+    grid = SimpleNamespace(setup=priced.setup)
+    later = setups.clock_of(grid, plan)  # type: ignore[arg-type]
+
+    def hardware(flat: Any) -> Any:
+        return SimulationConfig.from_flat(dict(flat)).hardware
+
+    assert [hardware(p.flat) for p in later.points] == [hardware(p.flat) for p in priced.points]
+    roofline = setups.clock_of(SimpleNamespace(setup=plan.setup), plan)  # type: ignore[arg-type]
+    assert [p.flat for p in roofline.points] == [p.flat for p in plan.points]

@@ -369,3 +369,16 @@ def test_without_a_target_the_outputs_are_unchanged(
     write_plan(run_plan(spec, workers=1), spec, tmp_path / "b")
     for name in ("plan.csv", "plan.json", "plan.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_cli_plan_on_profiles_refuses_a_gpu_without_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--cost-model profiled takes each candidate GPU's built-in profile; L4 has none."""
+    argv = ["plan", "--model", "OPT-13B", "--gpu", "L4=1", "--slo-ttft-p99", "1"]
+    out = tmp_path / "out"
+    assert main([*argv, "--cost-model", "profiled", "--out", str(out), "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("pagedkv: error: profile: ")
+    assert "none built in" in line
+    assert not out.exists()

@@ -176,3 +176,19 @@ def test_a_damaged_journal_line_is_skipped_with_a_warning_and_the_rest_kept(
         f"pagedkv: warning: {tmp_path / JOURNAL}:3: skipped a line that is not a journal entry "
         "(a crash cut it short, or it was damaged); its point runs again"
     ]
+
+
+def test_cli_sweep_on_a_builtin_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--profile prices every point with that profile; a bad one is refused, nothing run."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "model: OPT-13B\ngpu: A100-80GB\nworkload: alpaca-like\nnum_requests: 6\n"
+        "grid:\n  block_size: [1, 16]\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    args = ["sweep", str(path), "--out", str(out), "--workers", "1", "--quiet"]
+    assert main([*args, "--profile", "a100-80gb/opt-13b"]) == 0
+    assert "2 run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert main([*args[:3], str(tmp_path / "bad"), *args[4:], "--profile", "nowhere"]) == 2
+    assert "profile: got 'nowhere'" in capsys.readouterr().err

@@ -89,6 +89,16 @@ class UnitCost:
 
 MAX_SECONDS = 3600.0
 """A fixed cost per step, block or all-reduce: anything up to an hour is a finite clock."""
+KERNEL_REFERENCE_BLOCK = 16
+"""The block size at which the paged kernel's overhead was measured (vLLM paper, Fig. 18a)."""
+
+
+def expected_blocks(num_seqs: int, kv_read_tokens: int, block_size: int) -> float:
+    """Blocks that ``num_seqs`` sequences holding ``kv_read_tokens`` tokens touch, on average:
+    ceil(c / B) = (c + (B - 1) - ((c - 1) mod B)) / B for c >= 1, and (c - 1) mod B averages
+    (B - 1) / 2 over where a sequence's last block is cut, so R / B + S (B - 1) / (2B)."""
+    b = block_size
+    return kv_read_tokens / b + num_seqs * (b - 1) / (2 * b)
 
 
 @dataclass(frozen=True)
@@ -126,10 +136,28 @@ class RooflineConfig:
         1.0,
         lo_open=True,
     )
-    swap_block_overhead_s: float = float_field(
-        1e-5,
-        "Fixed seconds per swapped block: vLLM issues a copy per block per layer, so "
-        "small blocks swap slowly (vLLM paper, Sec. 7.2); an order-of-magnitude guess.",
+    swap_copy_overhead_s: float = float_field(
+        6e-6,
+        "Fixed seconds per host-device copy of a swap: vLLM swaps a block as one copy of K and "
+        "one of V per layer (2 x layers copies per block), each a cudaMemcpyAsync of 5-7 us "
+        "for small chunks (Wu et al., DualPath, arXiv 2602.21548, Sec. 5.2).",
+        0.0,
+        MAX_SECONDS,
+    )
+    paged_block_overhead: float = float_field(
+        0.23,
+        "Extra attention time per K/V block read, as a fraction of the time to read a "
+        "16-token block's K/V: the paged kernel is 20-26% slower than FasterTransformer's "
+        "contiguous one at block size 16 (vLLM paper, Sec. 7.1, Fig. 18a), the block-table "
+        "indirection, paid per block, so small blocks pay more per token.",
+        0.0,
+        100.0,
+    )
+    per_sequence_s: float = float_field(
+        7.5e-6,
+        "Seconds per sequence per step on the host (input preparation, sampling): this "
+        "project's executor measured 7.5 us (pagedkv profile, tiny-llama, one CPU thread, "
+        "2026-12-01; the built-in profiles' per_sequence_s).",
         0.0,
         MAX_SECONDS,
     )
@@ -189,8 +217,18 @@ class RooflineCost:
     * bytes = weights streamed once (non-embedding params + lm head; the embedding table is only
       gathered; every expert, as a batch of a few tokens already routes to most of them)
       + K/V per token per GPU x (kv_read_tokens + num_tokens written), in the KV cache dtype;
+    * the paged kernel's per-block cost on the memory side: ``paged_block_overhead`` x the
+      time to read a 16-token block, per K/V block read; a sequence of c tokens touches
+      ceil(c / B) blocks, on average c / B + (B - 1) / (2B) over where its last block is cut
+      (``expected_blocks``), so the term is linear in kv_read_tokens and num_seqs and every
+      window keeps its closed form (the shape holds totals, not each sequence's length);
     * with tp > 1: two ring all-reduces of num_tokens x hidden per layer, each moving
-      2 (tp-1)/tp of its bytes over the GPU link, plus a fixed latency, not overlapped.
+      2 (tp-1)/tp of its bytes over the GPU link, plus a fixed latency, not overlapped;
+    * on the host, not overlapped: ``step_overhead_s`` per step and ``per_sequence_s`` per
+      sequence (input preparation, sampling).
+
+    A swap of m blocks moves m x a block's bytes over PCIe and issues 2 x layers copies per
+    block (K and V of each layer), each paying ``swap_copy_overhead_s``.
 
     Sliding-window layers attend to at most their window: ``windowed_step_time`` takes their
     counts apart (``sliding.py``); ``step_time`` prices them as full layers, exact while no
@@ -223,27 +261,34 @@ class RooflineCost:
         )
         weights = (model.non_embedding_params + model.lm_head_params) * model.dtype_bytes / tp
         kv = model.kv_bytes_per_token_per_gpu(tp)
-        self._memory = _Linear(weights / byte_s, (kv / byte_s, 0.0, 0.0, kv / byte_s))
+        bs = cfg.block_size
+        block = cfg.paged_block_overhead * KERNEL_REFERENCE_BLOCK * kv / byte_s
+        self.block_overhead_s = block  # seconds per K/V block read, all layers, one GPU
+        self._memory = _Linear(
+            weights / byte_s,
+            (kv / byte_s, block * (bs - 1) / (2 * bs), 0.0, kv / byte_s + block / bs),
+        )
         sliding = model.num_sliding_layers  # their share of the attention and K/V read terms
         self._sliding_attn = sliding * model.attention_flops_per_pair_per_layer / flop_s
-        self._sliding_read = sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s
+        read = 1 + cfg.paged_block_overhead * KERNEL_REFERENCE_BLOCK / bs  # bytes + blocks
+        self._sliding_read = sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s * read
         allreduces = 2 * model.num_layers if tp > 1 else 0
         ring_bytes = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes
         link = gpu.peer_bandwidth * cfg.interconnect_efficiency
         self._extra = _Linear(
             cfg.step_overhead_s + allreduces * cfg.allreduce_latency_s,
-            (allreduces * ring_bytes / link, 0.0, 0.0, 0.0),
+            (allreduces * ring_bytes / link, cfg.per_sequence_s, 0.0, 0.0),
         )
         # decode_curve's terms: the coefficients above that are not a literal 0.0 (a term
         # 0.0 x adds exactly nothing, so leaving it out keeps ``curve``'s very floats).
         c0, c1, c2, _ = self._compute.coef
-        m0, _, _, m3 = self._memory.coef
-        self._decode_terms = (c0, c1, c2, self._memory.const, m0, m3, self._extra.const)
-        self._decode_extra = self._extra.coef[0]
-        self.block_bytes_per_gpu = cfg.block_size * kv
+        m0, m1, _, m3 = self._memory.coef
+        self._decode_terms = (c0, c1, c2, self._memory.const, m0, m1, m3, self._extra.const)
+        self._decode_extra = self._extra.coef[:2]
+        self.block_bytes_per_gpu = bs * kv
         self._swap_per_block = (
             self.block_bytes_per_gpu / (gpu.pcie_bandwidth * cfg.pcie_efficiency)
-            + cfg.swap_block_overhead_s
+            + 2 * model.num_layers * cfg.swap_copy_overhead_s
         )
 
     def compute_time(self, shape: BatchShape) -> float:
@@ -267,7 +312,7 @@ class RooflineCost:
         return max(compute, memory) + self._extra.at(shape)
 
     def swap_time(self, num_blocks: int) -> float:
-        """Blocks x (a block's bytes on one GPU / effective PCIe + per-block overhead).
+        """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads).
 
         Each GPU swaps its own share of every block over its own link, in parallel.
         """
@@ -293,12 +338,13 @@ class RooflineCost:
         # n decodes reading ``read`` K/V tokens: at(BatchShape(n, n, read, read)) and
         # slope(BatchShape(0, 0, n, n)) of each line, in _Linear's order of float operations.
         n, read = num_seqs, context + num_seqs
-        c0, c1, c2, mem, m0, m3, extra = self._decode_terms
+        c0, c1, c2, mem, m0, m1, m3, extra = self._decode_terms
+        e0, e1 = self._decode_extra
         return WindowCurve.of(
             c0 * n + c1 * n + c2 * read,
             c2 * n,
-            mem + (m0 * n + m3 * read),
+            mem + (m0 * n + m1 * n + m3 * read),
             m3 * n,
-            extra + self._decode_extra * n,
+            extra + (e0 * n + e1 * n),
             0.0,
         )

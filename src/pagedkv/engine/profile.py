@@ -318,12 +318,21 @@ class Profile:
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile file; a bad one is one ConfigError naming the field."""
+    """Read and validate a profile file, or a built-in profile by name (``a100-80gb/opt-13b``,
+    ``pagedkv.profiles``) where no file of that name exists; a bad one is one ConfigError
+    naming the field."""
+    if not Path(path).exists():
+        from pagedkv.profiles import builtin_path
+
+        path = builtin_path(str(path)) or path
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(
-            "profile", str(path), f"must be a readable file ({err.strerror})"
+            "profile",
+            str(path),
+            f"must be a readable file ({err.strerror}) or a built-in profile's name, "
+            "gpu/model (a100-40gb, a100-80gb, h100-sxm x a preset model: pagedkv.profiles)",
         ) from None
     try:
         data = json.loads(text)

@@ -10,6 +10,7 @@ from typing import Any
 
 from pagedkv.exits import require
 from pagedkv.io import check_output_dir
+from pagedkv.sweep.commands import add_clock_flags
 
 RESULT_FILES = ("results.json", "results.csv")
 """What every experiment writes in its directory (beside its plots)."""
@@ -72,7 +73,13 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / args.name
     check_output_dir("--out", out, RESULT_FILES)
     result = framework.run_experiment(
-        module, quick=args.quick, seeds=args.seeds, out=out, workers=args.workers
+        module,
+        quick=args.quick,
+        seeds=args.seeds,
+        out=out,
+        workers=args.workers,
+        cost_model=args.cost_model,
+        profile=args.profile,
     )
     print(f"{result.title}: {len(result.rows)} runs")
     for line in result.findings:
@@ -118,6 +125,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--seeds", type=_seeds, metavar="N", help="Seeds 0..N-1 (default 5; 3 with --quick)."
     )
     _common(exp, "Results directory (default: results/NAME).")
+    add_clock_flags(exp)
     exp.set_defaults(func=_cmd_experiment)
     claims = sub.add_parser(
         "claims",

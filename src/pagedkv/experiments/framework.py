@@ -185,12 +185,17 @@ def run_experiment(
     seeds: int | None = None,
     out: Path | None = None,
     workers: int | None = None,
+    cost_model: str | None = None,
+    profile: str | None = None,
 ) -> ExperimentResult:
-    """Plan, run, summarize, plot and (with ``out``) write one experiment."""
+    """Plan, run, summarize, plot and (with ``out``) write one experiment; ``cost_model`` and
+    ``profile`` replace its clock (``setups.with_clock``)."""
+    from pagedkv.experiments.setups import with_clock
+
     if seeds is not None:
         check_int("seeds", seeds, 3)  # an interval needs stats.MIN_N seeds
     count = seeds if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
-    plan: Plan = module.plan(quick, seed_list(count))
+    plan: Plan = with_clock(module.plan(quick, seed_list(count)), cost_model, profile)
     rows, timelines = run_plan(plan, workers=workers, label=module.NAME)
     result = ExperimentResult(
         experiment=module.NAME,

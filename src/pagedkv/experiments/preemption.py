@@ -35,6 +35,9 @@ BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 QUICK_BLOCK_SIZES = (4, 64)
 MODES = ("recompute", "swap")
 WORKLOAD, RATE = "sharegpt-like", 2.0
+"""Slightly above the ~1.8 requests/s vllm sustains at block size 16 under the roofline
+(OPT-13B, A100-40GB): memory binds, a run preempts about half its requests, so each mode's
+cost (2 x layers copies per swapped block; a prefill per recompute) shows."""
 REQUESTS, QUICK_REQUESTS = 400, 40
 METRICS = (
     "e2e_mean",

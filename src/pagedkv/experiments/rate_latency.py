@@ -142,7 +142,8 @@ def derive(result: ExperimentResult, *, quick: bool, workers: int | None) -> dic
         if not todo:
             break
         points = [_point(wl, sched, rate, seed, n[wl]) for (wl, sched, seed), rate in todo]
-        rows, _ = run_plan(Plan({}, ("workload", "scheduler", "request_rate"), METRICS, points))
+        plan = Plan({}, ("workload", "scheduler", "request_rate"), METRICS, points)
+        rows, _ = run_plan(setups.clock_of(result, plan))  # the grid's clock
         for (key, rate), row in zip(todo, rows, strict=True):
             searches[key].record(rate, _passes(row))
     return {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,22 @@ def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="No progress bar, no table.")
 
 
+def add_clock_flags(p: argparse.ArgumentParser) -> None:
+    """``--cost-model`` and ``--profile``: the clock of every run (experiment, sweep, plan)."""
+    p.add_argument(
+        "--cost-model",
+        choices=("roofline", "profiled"),
+        help="Price every run with this cost model (default: the command's own, the roofline; "
+        "'profiled' without --profile takes the built-in profile of the GPU x model).",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="FILE|NAME",
+        help="Operator profile JSON (pagedkv profile) or a built-in's name (a100-80gb/opt-13b); "
+        "implies --cost-model profiled.",
+    )
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from pagedkv.exits import require
 
@@ -55,6 +72,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from pagedkv.sweep.sweep import run_sweep
 
     spec = SweepSpec.from_yaml(args.spec)
+    clock = _clock(args)
+    if clock:
+        spec = dataclasses.replace(spec, base={**spec.base, **clock})
     out = Path(args.out) if args.out else Path("results") / "sweep" / Path(args.spec).stem
     check_output_dir("--out", out, ("journal.jsonl", "results.csv", "results.parquet"))
     try:
@@ -104,6 +124,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             problem = getattr(e, "problem", None) or str(e)
             allowed = f"must be KEY=VALUE, the value in YAML ({problem})"
             raise ConfigError("--set", item, allowed) from None
+    overrides.update(_clock(args))
     if args.gpu:
         overrides["gpus"] = dict(_gpu_price(g) for g in args.gpu)
     for key in ("model", "tensor_parallel_sizes", "block_sizes", "schedulers", "seeds"):
@@ -137,6 +158,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clock(args: argparse.Namespace) -> dict[str, Any]:
+    """The simulate options of --cost-model and --profile (a profile implies 'profiled')."""
+    out: dict[str, Any] = {}
+    if args.cost_model is not None or args.profile is not None:
+        out["cost_model"] = args.cost_model or "profiled"
+    if args.profile is not None:
+        out["profile"] = args.profile
+    return out
+
+
 def _gpu_price(text: str) -> tuple[str, float]:
     from pagedkv.errors import ConfigError
 
@@ -168,6 +199,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--retry-failed", action="store_true", help="Also rerun points that recorded an error."
     )
     _add_backend_flags(sweep)
+    add_clock_flags(sweep)
     sweep.set_defaults(func=_cmd_sweep)
 
     plan = sub.add_parser(
@@ -235,4 +267,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--out", metavar="DIR", default="results/plan", help="Output (default: results/plan)."
     )
     _add_backend_flags(plan)
+    add_clock_flags(plan)
     plan.set_defaults(func=_cmd_plan)

@@ -120,7 +120,9 @@ def roofline_of(
         memory_efficiency=1.0,
         pcie_efficiency=1.0,
         step_overhead_s=overhead,
-        swap_block_overhead_s=0.0,
+        swap_copy_overhead_s=0.0,
+        paged_block_overhead=0.0,
+        per_sequence_s=0.0,
         block_size=block_size,
     )
     return RooflineCost(gpu, model, 1, cfg)
