@@ -161,3 +161,27 @@ def test_a_result_without_token_times_is_refused() -> None:
     result = simulate(SimulationConfig.from_flat({"cost_model": "unit"}))
     with pytest.raises(ConfigError, match="token_times=True"):
         simulation_vllm_result(result)
+
+
+@pytest.mark.parametrize(
+    ("flat", "rate", "cap"),
+    [
+        ({"request_rate": 3.0, "max_concurrency": 2}, 3.0, 2),
+        ({"request_rate": float("inf")}, "inf", None),
+        ({}, "inf", None),
+    ],
+)
+def test_the_run_is_described_as_vllm_records_it(
+    flat: dict[str, Any], rate: object, cap: int | None
+) -> None:
+    from pagedkv.simulation import SimulationConfig, simulate
+
+    config = SimulationConfig.from_flat({"cost_model": "unit", "num_requests": 7, **flat})
+    out = simulation_vllm_result(simulate(config, token_times=True))
+    assert out["backend"] == "pagedkv"
+    assert out["model_id"] == config.hardware.model
+    assert out["num_prompts"] == 7
+    assert out["request_rate"] == rate
+    assert out["burstiness"] == 1.0
+    assert out["max_concurrency"] == cap
+    assert "date" not in out

@@ -20,6 +20,12 @@ result dict of ``benchmark``), applied to simulated time:
             without one); a request of one output token counts TPOT 0 there, as vLLM does.
     ttfts (s, 0.0 if failed), itls (s, a list per request, [] if failed), input_lens,
     output_lens, errors ("" or the reason it failed): per request, in arrival order.
+
+A simulated run also carries what ``vllm bench serve`` records about the run itself:
+``backend`` ("pagedkv"), ``model_id``, ``num_prompts``, ``request_rate`` (a number, "inf"
+when every request arrives at t = 0 as vLLM spells it, None when a trace's own times apply),
+``burstiness`` and ``max_concurrency`` (None without a cap). vLLM's ``date`` is left out: the
+same inputs give byte-identical files.
 """
 
 from __future__ import annotations
@@ -189,4 +195,20 @@ def simulation_vllm_result(result: Any, config: VllmResultConfig | None = None) 
             "token_times", None, "the result file needs simulate(config, token_times=True)"
         )
     duration = result.summary["sim_time"]
-    return vllm_result(result.requests, result.token_times, duration, config)
+    out = run_keys(result.config)
+    out.update(vllm_result(result.requests, result.token_times, duration, config))
+    return out
+
+
+def run_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys that describe the run (the module's docstring), from a result's flat config."""
+    rate = config.get("request_rate")
+    from_trace = config.get("workload") == "trace" and config.get("arrival") is None
+    return {
+        "backend": "pagedkv",
+        "model_id": config.get("model"),
+        "num_prompts": config.get("num_requests"),
+        "request_rate": None if from_trace else "inf" if rate is None else rate,
+        "burstiness": config.get("burstiness", 1.0),
+        "max_concurrency": config.get("max_concurrency"),
+    }
