@@ -36,6 +36,7 @@ import heapq
 from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.periodic import PeriodicCounts
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.interface import SeqId
@@ -115,6 +116,7 @@ class Cohort:
         # states, allocated slots and internal fragmentation over all of them (nothing waits
         # in them, so unallocated slots are free).
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
+        self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
 
     @property
@@ -145,7 +147,7 @@ class Cohort:
             if not finishes:  # nobody decodes
                 if arrival is None:
                     return
-                eng.now = arrival  # idle until it arrives
+                eng.ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, d = len(self.members), self.done
             k = finishes[0][0] - d  # to the next finish (>= 1)
@@ -232,7 +234,7 @@ class Cohort:
         self.seq_rounds += n * k
         self.held += blocks
         self.done = b
-        self.engine.now += total
+        self.engine.ledger.advance(total)
         self.windows += 1
 
     def _finish(self) -> None:
@@ -275,7 +277,6 @@ class Cohort:
         # Its memory is what the books and the members' lag say (``Engine.step`` would read
         # the lagging books alone).
         tokens, alloc, internal = self._levels()
-        totals = eng.totals
         running = len(sched.running)
         if queued or eng.check_integrity:
             capacity = self.kv.capacity
@@ -283,10 +284,9 @@ class Cohort:
             if eng.check_integrity:
                 MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
         if queued:  # the cohort's last round: its unallocated slots are external fragmentation
-            totals.record(duration, slots, running, len(batch.chunks))
-            totals.weighted_saved_blocks += duration * self.saved
+            eng.ledger.add(Span.of_slots(duration, slots, running, len(batch.chunks), self.saved))
         else:
-            totals.max_running = max(totals.max_running, running)
+            self.max_running = max(self.max_running, running)
             self.admissions += 1
             self.admitted_running += running
             self.admitted_seqs += len(batch.chunks)
@@ -330,18 +330,25 @@ class Cohort:
         return tokens, alloc, internal + self.frag_lagging
 
     def _flush(self) -> None:
-        """Add the cohort's rounds to the engine's totals (``StepTotals.record`` summed)."""
-        t = self.engine.totals
-        t.iterations += self.done + self.admissions
-        t.busy_time += self.time
-        t.sum_running += self.seq_rounds + self.admitted_running
-        t.sum_batched_seqs += self.seq_rounds + self.admitted_seqs
-        weighted = t.weighted
-        weighted["token_states"] += self.token_time
-        weighted["reservation"] += self.alloc_time - self.token_time - self.internal_time
-        weighted["internal_fragmentation"] += self.internal_time
-        weighted["free"] += self.kv.capacity * self.time - self.alloc_time
-        t.weighted_saved_blocks += self.saved * self.time
+        """Add the cohort's rounds to the engine's totals: one span (nothing waits in it)."""
+        weighted = level_integrals(
+            self.kv.capacity,
+            self.time,
+            self.token_time,
+            self.alloc_time,
+            self.internal_time,
+            waiting=False,
+        )
+        span = Span(
+            self.done + self.admissions,
+            self.time,
+            self.seq_rounds + self.admitted_running,
+            self.seq_rounds + self.admitted_seqs,
+            self.max_running,
+            weighted,
+            self.saved * self.time,
+        )
+        self.engine.ledger.add(span)
 
     def _settle(self) -> None:
         """Make the pool's free blocks exact: take the blocks the members took since it was

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from pagedkv.engine.executor import Executor
 from pagedkv.engine.fast_forward import FastForward
+from pagedkv.engine.ledger import Ledger, Span
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
@@ -89,10 +90,15 @@ class Engine:
         # of the step that computed it), for inter-token latencies. Off by default: a run
         # then does no per-token work, and the decode cohort (which has none) may run.
         self.token_times: dict[int, list[float]] | None = {} if token_times else None
-        self.now = 0.0
-        self.totals = StepTotals()
+        self.ledger = Ledger()  # the clock and every total: their one writer
+        self.totals: StepTotals = self.ledger.totals
         self._ended = 0
         self.steps: list[StepRecord] = []
+
+    @property
+    def now(self) -> float:
+        """The simulated clock (``Ledger.now``)."""
+        return self.ledger.now
 
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
@@ -153,12 +159,12 @@ class Engine:
             if not sched.has_unfinished():
                 if arrival is None:
                     break
-                self.now = arrival  # idle until the next arrival
+                self.ledger.wait_until(arrival)  # idle until the next arrival
                 continue
             batch = sched.schedule()
             if batch.is_empty:
                 if arrival is not None:
-                    self.now = max(self.now, arrival)
+                    self.ledger.wait_until(arrival)
                     continue
                 waiting = [c for cs in self.followups.values() for c in cs]
                 stuck = sorted(r.request_id for r in [*sched.stuck(), *waiting])
@@ -193,7 +199,7 @@ class Engine:
         requests (their output_len reached, or ``stopped``: a real model's stop token) free
         their memory. True if any did."""
         start = self.now
-        self.now += duration
+        self.ledger.advance(duration)
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request
@@ -244,13 +250,13 @@ class Engine:
 
     def _account(self, batch: SchedulerOutput, duration: float, usage: MemoryUsage) -> None:
         sched = self.scheduler
-        t = self.totals
-        t.add(duration, usage, len(sched.running), len(batch.chunks))
-        t.weighted_saved_blocks += duration * sched.kv.blocks_saved_by_sharing
-        if batch.preempted:
-            t.preemptions += len(batch.preempted)
-            t.swap_outs += sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
-        t.swapped_blocks += len(batch.swap_out)
+        ledger = self.ledger
+        saved = sched.kv.blocks_saved_by_sharing
+        ledger.add(Span.of_round(duration, usage, len(sched.running), len(batch.chunks), saved))
+        if batch.preempted or batch.swap_out:
+            swap_outs = sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
+            ledger.preempted(len(batch.preempted), swap_outs, len(batch.swap_out))
+        t = ledger.totals
         if self.trace_steps:
             self.steps.append(
                 StepRecord(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pagedkv.engine import cohort
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
-from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
 from pagedkv.engine.windows import StepCurve, add_new_blocks
 
@@ -203,13 +203,7 @@ class FastForward:
             rounds = [i for i in frag if i <= k]
             for i, start in zip(rounds, curve.totals([i - 1 for i in rounds]), strict=True):
                 internal += frag[i] * (total - start)
-        integrals = {
-            "token_states": tokens,
-            "reservation": alloc - tokens - internal,
-            "internal_fragmentation": internal,
-            "external_fragmentation": (u.capacity * total - alloc) if waiting else 0.0,
-            "free": 0.0 if waiting else (u.capacity * total - alloc),
-        }
+        weighted = level_integrals(u.capacity, total, tokens, alloc, internal, waiting)
         # Apply: slots, counters, clock, totals.
         running = sched.running
         ids = new_token_ids(running, k) if sched.has_token_ids else None
@@ -229,16 +223,12 @@ class FastForward:
             r.num_output_tokens += k
             if r.num_output_tokens == r.output_len:
                 finished.append(r)
-        eng.now += total
-        t = eng.totals
-        t.iterations += k
-        t.busy_time += total
-        t.sum_running += len(running) * k
-        t.sum_batched_seqs += len(running) * k
-        for name in CATEGORIES:
-            t.weighted[name] += integrals[name]
-        t.weighted_saved_blocks += saved * total
-        t.weighted_rounding += u.allocator_rounding * total  # a region's rounding is fixed
+        eng.ledger.advance(total)
+        n_run = len(running)
+        rounding = u.allocator_rounding * total  # a region's rounding is fixed in a window
+        eng.ledger.add(
+            Span(k, total, n_run * k, n_run * k, n_run, weighted, saved * total, rounding)
+        )
         self.windows += 1
         self.rounds += k
         eng.finish(finished)
