@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pagedkv.errors import PagedKVError
+from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.manager import KVCacheManager
 from tests.factories import BLOCK_SIZES, make_manager
 
@@ -65,15 +65,21 @@ class GrowthMachine(RuleBasedStateMachine):
         self.growing += picked
 
     @precondition(lambda self: bool(self.growing))
-    @rule(data=st.data())
-    def advance(self, data: st.DataObject) -> None:
-        limit = min(self.final[s] - self.tokens[s] for s in self.growing)
+    @rule(data=st.data(), upto=st.booleans(), rounds=st.booleans())
+    def advance(self, data: st.DataObject, upto: bool, rounds: bool) -> None:
+        to_end = min(self.final[s] - self.tokens[s] for s in self.growing)
         fit = self.lazy.rounds_that_fit()
-        if fit is not None:
-            limit = min(limit, fit)
-        k = data.draw(st.integers(0, limit))
         u0 = self.eager.usage()
         blocks_before = self.eager.num_free_blocks
+        if upto:  # as many rounds as fit, of those asked for
+            asked = data.draw(st.integers(0, to_end))
+            window = self.lazy.advance_rounds(asked, rounds=rounds, upto=True)
+            assert window.k == (asked if fit is None else min(asked, fit))
+        else:
+            k = data.draw(st.integers(0, to_end if fit is None else min(to_end, fit)))
+            window = self.lazy.advance_rounds(k, rounds=rounds)
+            assert window.k == k
+        k = window.k
         taken: list[int] = []  # blocks the eager one takes in each round
         internal: list[int] = []
         for _ in range(k):
@@ -83,7 +89,7 @@ class GrowthMachine(RuleBasedStateMachine):
                 self.tokens[s] += 1
             taken.append(free - self.eager.num_free_blocks)
             internal.append(self.eager.usage().internal_fragmentation)
-        window, listed = self.lazy.advance_rounds(k, rounds=data.draw(st.booleans()))
+        listed = window.rounds
         assert window.blocks == sum(taken) == blocks_before - self.eager.num_free_blocks
         assert window.s1 == sum(x * w for x, w in enumerate(taken))
         assert window.s2 == sum(x * x * w for x, w in enumerate(taken))
@@ -144,12 +150,10 @@ GrowthMachine.TestCase.settings = settings(max_examples=150, stateful_step_count
 test_growth_equals_appending_every_token = GrowthMachine.TestCase
 
 
-def test_growth_refuses_to_pass_a_final_length_or_the_free_blocks() -> None:
+def test_growth_refuses_more_blocks_than_are_free() -> None:
     kv = make_manager(16, 4)
     kv.allocate("a", 16, final_len=20)
     kv.grow(["a"])
-    with pytest.raises(PagedKVError):
-        kv.advance_rounds(5)  # its final length is 4 tokens away
     kv.advance_rounds(4)
     kv.allocate("b", 32, final_len=80)
     kv.grow(["b"])
@@ -166,3 +170,12 @@ def test_a_shared_sequence_cannot_grow_in_closed_form() -> None:
     kv.fork("p", "c")
     with pytest.raises(PagedKVError):
         kv.grow(["c"])  # its partial last block is shared: the next token copies it
+
+
+def test_a_sequence_grown_past_its_final_length_fails_the_integrity_check() -> None:
+    kv = make_manager(16, 4)
+    kv.allocate("a", 16, final_len=20)
+    kv.grow(["a"])
+    kv.advance_rounds(5)  # one round more than its final length allows: the caller's error
+    with pytest.raises(IntegrityError, match="final length"):
+        kv.check_integrity()

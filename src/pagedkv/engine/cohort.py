@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.memory.growth import Window
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (one member per request)
 
 
 def plain(engine: Engine) -> bool:
@@ -81,6 +83,7 @@ class Cohort:
         kv = engine.scheduler.kv
         assert isinstance(kv, KVCacheManager), "plain() admits paged memory only"
         self.engine = engine
+        self.ledger = engine.ledger
         self.cost = cost
         self.prices = prices  # admission rounds' durations by shape (``_duration``)
         self.kv = kv
@@ -119,12 +122,12 @@ class Cohort:
         self._flush()
 
     def _loop(self) -> None:
-        eng = self.engine
+        eng, ledger = self.engine, self.ledger
         finishes, kv = self.finishes, self.kv
         decode_curve = self.cost.decode_curve
         arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
         while True:
-            if arrival is not None and arrival <= eng.now:
+            if arrival is not None and arrival <= ledger.now:
                 if not self._admit():
                     return
                 arrival = eng.next_arrival
@@ -132,22 +135,24 @@ class Cohort:
             if not finishes:  # nobody decodes
                 if arrival is None:
                     return
-                eng.ledger.wait_until(arrival)  # idle until it arrives
+                ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, d = len(self.members), self.done
             k = finishes[0][0] - d  # to the next finish (>= 1)
             curve = decode_curve(n, self.sum_tokens + n * d - self.sum_join)
             sums = curve.sums(k)
-            if arrival is not None and arrival - eng.now <= sums[0]:  # it falls in round <= k
-                k, sums = curve.reach(arrival - eng.now)
-            fit = kv.rounds_that_fit()
-            short = fit is not None and fit < k
-            # The first round whose new blocks do not fit needs the scheduler.
-            if fit is not None and short:
-                k = fit
+            if arrival is not None and arrival - ledger.now <= sums[0]:  # it falls in round <= k
+                k, sums = curve.reach(arrival - ledger.now)
+            books = kv.books()  # the levels at the window's start
+            one_line = curve.split is None or k - 1 <= curve.split
+            # The rounds whose new blocks fit; if fewer than k, the next needs the scheduler.
+            window = kv.advance_rounds(k, rounds=not one_line, upto=True)
+            short = window.k < k
+            if short:
+                k = window.k
                 sums = curve.sums(k)
             if k > 0:
-                self._decode(curve, k, sums)
+                self._decode(curve, sums, window, books)
             if short:
                 return
             self._finish()
@@ -157,31 +162,38 @@ class Cohort:
         d = self.done
         left = req.output_len - req.num_output_tokens
         tokens = req.num_computed_tokens
-        self.members[req] = Member(d, tokens, req.num_output_tokens, left)
+        self.members[req] = _new(Member, (d, tokens, req.num_output_tokens, left))
         heapq.heappush(self.finishes, (d + left, req.arrival_time, req.request_id, req))
-        self.kv.grow(req.seq_ids)
+        self.kv.grow(req.seq_ids)  # one sequence (no groups in a cohort)
         self.sum_join += d
         self.sum_tokens += tokens
 
-    def _decode(self, curve: StepCurve, k: int, sums: tuple[float, float]) -> None:
-        """Decode rounds done+1 .. done+k (no one finishes before the last): integrals,
-        counters, clock, and the members' growth. ``sums``: ``curve.sums(k)``, the sum of d_j
-        and of j d_j over j = 0..k-1 (round a+1+j)."""
-        a = self.done
+    def _decode(
+        self,
+        curve: StepCurve,
+        sums: tuple[float, float],
+        window: Window,
+        books: tuple[int, int, int],
+    ) -> None:
+        """Decode rounds done+1 .. done+k, which the memory's growth ran (``window``; no one
+        finishes before the last): integrals, counters, clock. ``sums``: ``curve.sums(k)``,
+        the sum of d_j and of j d_j over j = 0..k-1 (round a+1+j); ``books``: the memory's
+        levels before them."""
+        a, k = self.done, window.k
         n = len(self.members)
-        tokens_now, reservation, internal_now = self.kv.books()  # exact at round a
+        tokens_now, reservation, internal_now = books
         alloc_now = tokens_now + reservation + internal_now
         total, moment = sums
         tokens = (tokens_now + n) * total + n * moment
         alloc = alloc_now * total
         h0, h1 = curve.head
         one_line = curve.split is None or k - 1 <= curve.split  # T(x) = h0 x + h1 x (x-1) / 2
-        window, listed = self.kv.advance_rounds(k, rounds=not one_line)
         if window.blocks:  # a block taken in round i = a+1+x is held from T(x) = sum_{j<x} d_j
-            if listed is None:
+            if one_line:
                 before = h0 * window.s1 + h1 * ((window.s2 - window.s1) // 2)
             else:
-                before = sum(curve.totals([i - 1 for i in listed]))
+                assert window.rounds is not None  # asked for: k only shrinks, and so the split
+                before = sum(curve.totals([i - 1 for i in window.rounds]))
             alloc += self.bs * (window.blocks * total - before)
         internal = internal_now * total
         for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
@@ -193,7 +205,7 @@ class Cohort:
         self.internal_time += internal
         self.seq_rounds += n * k
         self.done = a + k
-        self.engine.ledger.advance(total)
+        self.ledger.advance(total)
         self.windows += 1
         if self.engine.check_integrity:  # the books hold at every event (tests)
             self.kv.check_integrity()

@@ -84,7 +84,7 @@ class FastForward:
             if stop is not None or not sched.running or sched.has_queued():
                 return
             arrival = eng.next_arrival
-            if arrival is not None and arrival <= eng.now:
+            if arrival is not None and arrival <= eng.ledger.now:
                 return
 
     def _window(self) -> str | None:
@@ -125,7 +125,7 @@ class FastForward:
         curve = self.cost.curve(base, BatchShape.decode_growth(n))
         arrival = eng.next_arrival
         if arrival is not None and not queued:
-            k_arrival = curve.steps_to_reach(arrival - eng.now)
+            k_arrival = curve.steps_to_reach(arrival - eng.ledger.now)
             if k_arrival <= k:
                 k, stop = k_arrival, "arrival"
         # The round of every block allocation in the window, and the internal fragmentation
@@ -213,7 +213,7 @@ class FastForward:
             ]
         kv.append_slots_all(seq_ids, k, ids)
         if eng.token_times is not None:  # round i's token is sampled at now + sum_{j<i} d_j
-            start = eng.now
+            start = eng.ledger.now
             stamps = [start + t for t in curve.totals(list(range(1, k + 1)))]
             for r in running:
                 eng.token_times.setdefault(r.request_id, []).extend(stamps)

@@ -71,16 +71,23 @@ class Span(NamedTuple):
     ) -> Span:
         """``of_round`` with the memory as each category's slots (``memory.usage.categories``)."""
         a, b, c, d, e = slots
-        return cls(
-            1,
-            duration,
-            num_running,
-            num_batched,
-            num_running,
-            (duration * a, duration * b, duration * c, duration * d, duration * e),
-            duration * saved_blocks,
-            duration * rounding,
+        weighted = (duration * a, duration * b, duration * c, duration * d, duration * e)
+        return _new(
+            cls,
+            (
+                1,
+                duration,
+                num_running,
+                num_batched,
+                num_running,
+                weighted,
+                duration * saved_blocks,
+                duration * rounding,
+            ),
         )
+
+
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (one span per round)
 
 
 def level_integrals(

@@ -55,12 +55,15 @@ class Grower(NamedTuple):
 
 class Window(NamedTuple):
     """What rounds a+1 .. a+k of growth took: the blocks, their sums of x and x^2 (x = i-1-a,
-    round i's place in the window), and each last block's (x, frag)."""
+    round i's place in the window), each last block's (x, frag), and if asked for the round
+    of every block, i - a ascending (one per block)."""
 
+    k: int
     blocks: int
     s1: int
     s2: int
     lasts: list[tuple[int, int]]
+    rounds: list[int] | None
 
 
 class Growth:
@@ -74,8 +77,11 @@ class Growth:
         self.sum_join = 0
         self.held = 0
         self.frag = 0
+        # What the books add for the growers (``KVCacheManager.books``), kept up to date:
+        # tokens (n d - sum r0), and reservation (bs held - tokens - frag).
+        self.tokens = 0
+        self.reservation = 0
         self._lasts: list[tuple[int, int, int, SeqId]] = []  # (round, frag, serial, seq): heap
-        self._ends: list[tuple[int, int, SeqId]] = []  # (end round, serial, seq): heap
         self._serial = 0
 
     @property
@@ -105,58 +111,70 @@ class Growth:
                 if frag:
                     last = first + (taken - 1) * bs
                     heapq.heappush(self._lasts, (last, frag, serial, seq_id))
-            heapq.heappush(self._ends, (end, serial, seq_id))
-        self.seqs[seq_id] = Grower(d, tokens, room, taken, frag, end, serial)
+        self.seqs[seq_id] = _new(Grower, (d, tokens, room, taken, frag, end, serial))
         self.counts.add(first % bs, 1)
-        self.sum_join += d
+        self.sum_join += d  # (it adds no token yet: the books stay as they are)
 
     def remove(self, seq_id: SeqId) -> tuple[int, int]:
         """Stop ``seq_id`` growing; returns the tokens and the blocks it gained since it
         joined (its table must take them, or its blocks be freed)."""
-        g = self.seqs.pop(seq_id)
+        return self.drop(self.seqs.pop(seq_id))
+
+    def drop(self, g: Grower) -> tuple[int, int]:
+        """``remove`` of a grower already taken out of ``seqs``."""
         bs, d = self.block_size, self.round
-        taken = g.taken_by(d, bs)
+        lag = d - g.join
+        taken = 0  # ``g.taken_by(d, bs)``, inlined (a finish frees one)
+        if lag > g.room:
+            taken = (lag - g.room - 1) // bs + 1
+            if 0 <= g.taken < taken:
+                taken = g.taken
         self.counts.add((g.join + g.room + 1) % bs, -1)
         self.sum_join -= g.join
-        self.held -= taken
         if g.frag and taken == g.taken:  # its last block was taken: its frag goes with it
             self.frag -= g.frag
-        return d - g.join, taken
+        self.held = held = self.held - taken  # the books' sums follow
+        self.tokens = tokens = len(self.seqs) * d - self.sum_join
+        self.reservation = bs * held - tokens - self.frag
+        return lag, taken
 
     def rounds_that_fit(self, free: int) -> int | None:
         """How many rounds from now the growers' new blocks fit in ``free`` free blocks (None:
         they take none, however many)."""
-        counts = self.counts
-        if not any(counts.count):
+        if not self.counts.weight:
             return None
-        return counts.first_over(self.round, free) - 1 - self.round
+        return self.counts.first_over(self.round, free) - 1 - self.round
 
-    def rounds_to_end(self) -> int | None:
-        """Rounds until the first grower reaches its final length (None: none has one)."""
-        ends, seqs = self._ends, self.seqs
-        while ends and seqs.get(ends[0][2], _GONE).serial != ends[0][1]:
-            heapq.heappop(ends)
-        return ends[0][0] - self.round if ends else None
-
-    def advance(self, k: int, rounds: bool = False) -> tuple[Window, list[int] | None]:
-        """k rounds of growth; the window's sums, and (with ``rounds``) the round of every block
-        it takes, ascending."""
-        a, b = self.round, self.round + k
-        to_end = self.rounds_to_end()
-        if k < 0 or (to_end is not None and k > to_end):
-            raise PagedKVError(f"growth of {k} rounds passes a sequence's final length")
-        w0, s1, s2 = self.counts.window(a, b)
-        listed = self.counts.rounds(a, b) if rounds else None
+    def advance(self, k: int, free: int, rounds: bool = False, upto: bool = False) -> Window:
+        """k rounds of growth within ``free`` free blocks (with ``upto``: as many of them as
+        fit); their ``Window``. ``PagedKVError``, changing nothing, if (without ``upto``) the
+        rounds take more blocks than are free. The caller stops a grower at its final length
+        (it finishes: ``remove``); one that passed it fails ``check``."""
+        if k < 0:
+            raise PagedKVError(f"growth of {k} rounds: must be >= 0")
+        a = self.round
+        seqs = self.seqs
+        counts = self.counts
+        w0, s1, s2 = counts.window(a, a + k)
+        if w0 > free:
+            if not upto:
+                raise PagedKVError(f"growth of {k} rounds needs {w0} blocks; {free} are free")
+            k = counts.first_over(a, free) - 1 - a
+            w0, s1, s2 = counts.window(a, a + k)
+        b = a + k
+        listed = [i - a for i in counts.rounds(a, b)] if rounds else None
         lasts = []
-        heap, seqs = self._lasts, self.seqs
+        heap = self._lasts
         while heap and heap[0][0] <= b:
             z, frag, serial, seq_id = heapq.heappop(heap)
             if seqs.get(seq_id, _GONE).serial == serial:
                 lasts.append((z - 1 - a, frag))
                 self.frag += frag
-        self.held += w0
+        self.held = held = self.held + w0
         self.round = b
-        return Window(w0, s1, s2, lasts), listed
+        self.tokens = tokens = len(seqs) * b - self.sum_join  # the books' sums follow
+        self.reservation = self.block_size * held - tokens - self.frag
+        return _new(Window, (k, w0, s1, s2, lasts, listed))
 
     def check(self, tables: Mapping[SeqId, BlockTable]) -> None:
         """Recompute the sums from the growers and compare."""
@@ -174,10 +192,18 @@ class Growth:
             counts[(g.join + g.room + 1) % bs] += 1
             if g.end >= 0 and d > g.end:
                 raise IntegrityError(f"growing sequence {seq_id!r} passed its final length")
+        tokens = len(self.seqs) * d - sum_join
+        reservation = bs * held - tokens - frag
         got = (self.held, self.frag, self.sum_join, self.counts.count)
-        if got != (held, frag, sum_join, counts):
+        if got != (held, frag, sum_join, counts) or (self.tokens, self.reservation) != (
+            tokens,
+            reservation,
+        ):
             want = (held, frag, sum_join)
             raise IntegrityError(f"growth books {got[:3]} but the growers give {want}")
 
 
-_GONE = Grower(0, 0, 0, 0, 0, 0, -1)  # what a heap entry of a removed grower finds
+_GONE = Grower(0, 0, 0, 0, 0, 0, -1)
+# A NamedTuple's own constructor is Python code; tuple's is not (one of each is made per
+# request and per window).
+_new = tuple.__new__  # what a heap entry of a removed grower finds

@@ -221,9 +221,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         internal = self._tails.internal + self._pinned_empty_slots  # pinned blocks' empties
         growth = self._growth
         if growth.seqs:
-            lag = growth.lag_tokens
-            tokens += lag
-            reservation += self.block_size * growth.held - lag - growth.frag
+            tokens += growth.tokens
+            reservation += growth.reservation
             internal += growth.frag
         return tokens, reservation, internal
 
@@ -240,30 +239,26 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         for seq_id in seq_ids:
             if seq_id in growth.seqs:
                 continue
-            table = self._gpu_table(seq_id)
-            if table.tokens_known or any(refs[b] != 1 for b in table.blocks[-1:]):
+            table = self._tables.get(seq_id) or self._gpu_table(seq_id)
+            blocks = table.blocks
+            if table.tokens_known or (blocks and refs[blocks[-1]] != 1):
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
             growth.add(seq_id, table)
 
     def rounds_that_fit(self) -> int | None:
         """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
-        return self._growth.rounds_that_fit(self.num_free_blocks)
+        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
 
-    def advance_rounds(self, k: int, rounds: bool = False) -> tuple[Window, list[int] | None]:
-        """k rounds of growth: every growing sequence gains k tokens. Returns the blocks the
-        rounds take, with their sums of x and x^2 (x: a round's place in the window, from 0)
-        and each last block's (x, internal fragmentation it brings), for integrals over the
-        rounds; with ``rounds``, also the round of each block (1 = the first of the window).
-        ``PagedKVError``, changing nothing, if the blocks do not fit or a sequence would pass
-        its final length."""
-        fit = self.rounds_that_fit()
-        if fit is not None and k > fit:
-            raise PagedKVError(f"advance_rounds: {k} rounds need more blocks than are free")
-        base = self._growth.round
-        window, listed = self._growth.advance(k, rounds)
-        if listed is not None:
-            listed = [i - base for i in listed]
-        return window, listed
+    def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
+        """k rounds of growth (with ``upto``: as many of them as the free blocks hold): every
+        growing sequence gains a token a round. Returns the rounds run, the blocks they take
+        with their sums of x and x^2 (x: a round's place in the window, from 0) and each last
+        block's (x, internal fragmentation it brings), for integrals over the rounds; with
+        ``rounds``, also the round of each block (1 = the window's first). ``PagedKVError``,
+        changing nothing, if (without ``upto``) the blocks do not fit. The caller frees or
+        stops a sequence at its final length (``check_integrity`` fails once one passed it)."""
+        growth = self._growth
+        return growth.advance(k, self.gpu.num_free - growth.held, rounds, upto)
 
     def _settle(self) -> None:
         """Bring every growing sequence's table up to date (its blocks are being read): it
@@ -646,8 +641,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     def free(self, seq_id: SeqId) -> None:
         """Release every block of ``seq_id`` (GPU or swapped), last block first. A growing
         sequence's blocks not chosen yet were never taken: they stay free."""
-        if seq_id in self._growth.seqs:
-            self._growth.remove(seq_id)
+        growth = self._growth
+        if growth.seqs:
+            grower = growth.seqs.pop(seq_id, None)
+            if grower is not None:
+                growth.drop(grower)
         table = self._tables.get(seq_id)
         if table is None:
             if seq_id in self._swapped:
