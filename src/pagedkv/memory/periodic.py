@@ -72,8 +72,12 @@ class PeriodicCounts:
         k = b - a
         bs = self.period
         r0 = (a + 1) % bs
-        if k <= bs:  # the usual window: one run
-            return self._run(r0, k)
+        if k <= bs:  # the usual window: one run (``_run``, inlined)
+            end = r0 + k
+            w0 = sum(self._w0[r0:end])
+            s1 = sum(self._w1[r0:end])
+            s2 = sum(self._w2[r0:end])
+            return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
         q, r = divmod(k, bs)
         c0, c1, c2 = self._run(r0, bs)  # period 0; period P adds P bs to x
         p1 = q * (q - 1) // 2  # sum of P over P = 0..q-1
