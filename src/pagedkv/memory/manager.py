@@ -738,8 +738,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = as_int("num_tokens", num_tokens, 0)
-        if final_len is not None:
-            final_len = self._check_final(final_len, num_tokens)
+        if final_len is not None and (type(final_len) is not int or final_len < num_tokens):
+            final_len = self._check_final(final_len, num_tokens)  # (a plain int passes at once)
         if token_ids is not None:
             if _length(token_ids) < num_tokens:
                 raise ConfigError(
