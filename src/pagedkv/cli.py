@@ -293,7 +293,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         check_output_file("--save-result", args.save_result)
     if args.json:
         check_output_file("--json", args.json)
-    from pagedkv.engine.models import get_model
+    from pagedkv.models.models import get_model
 
     for note in get_model(config.hardware.model).notes:  # what a config.json reader assumed
         print(f"pagedkv: note: {note}", file=sys.stderr)
