@@ -7,7 +7,9 @@ copies and swaps an executor must perform. It never picks victims: that is the s
 "No room" is a ``None`` return that changed nothing, never an exception.
 
 Accounting is incremental (O(1) per token, O(blocks) per allocate/free), so ``usage()`` is
-O(1); ``check_integrity()`` recomputes everything from the tables and compares.
+O(1); ``check_integrity()`` recomputes everything from the tables and compares. Decoding
+sequences may grow in closed form (``grow``, ``advance_rounds``: memory/growth.py): the books
+stay exact every round and their blocks are chosen when something reads them.
 """
 
 from __future__ import annotations
