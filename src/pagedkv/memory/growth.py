@@ -42,7 +42,7 @@ class Grower(NamedTuple):
     taken: int  # blocks it takes up to its final length (-1: no final length known)
     frag: int  # the internal fragmentation its last new block brings (0 if none)
     end: int  # the round it reaches its final length (-1: none known)
-    serial: int  # tells its heap entries from those of an earlier grower of the same id
+    serial: int  # names its heap entry (``Growth._dead`` when it leaves before its last block)
 
     def taken_by(self, d: int, bs: int) -> int:
         """Blocks it took in rounds join+1 .. d."""
@@ -81,7 +81,8 @@ class Growth:
         # tokens (n d - sum r0), and reservation (bs held - tokens - frag).
         self.tokens = 0
         self.reservation = 0
-        self._lasts: list[tuple[int, int, int, SeqId]] = []  # (round, frag, serial, seq): heap
+        self._lasts: list[tuple[int, int, int]] = []  # (round, frag, serial): a heap
+        self._dead: set[int] = set()  # serials of growers gone before their last block
         self._serial = 0
 
     @property
@@ -110,7 +111,7 @@ class Growth:
                 frag = room + taken * bs - left
                 if frag:
                     last = first + (taken - 1) * bs
-                    heapq.heappush(self._lasts, (last, frag, serial, seq_id))
+                    heapq.heappush(self._lasts, (last, frag, serial))
         self.seqs[seq_id] = _new(Grower, (d, tokens, room, taken, frag, end, serial))
         self.counts.add(first % bs, 1)
         self.sum_join += d  # (it adds no token yet: the books stay as they are)
@@ -131,8 +132,11 @@ class Growth:
                 taken = g.taken
         self.counts.add((g.join + g.room + 1) % bs, -1)
         self.sum_join -= g.join
-        if g.frag and taken == g.taken:  # its last block was taken: its frag goes with it
-            self.frag -= g.frag
+        if g.frag:
+            if taken == g.taken:  # its last block was taken: its frag goes with it
+                self.frag -= g.frag
+            else:  # its last block's heap entry is still to come: it counts for nothing
+                self._dead.add(g.serial)
         self.held = held = self.held - taken  # the books' sums follow
         self.tokens = tokens = len(self.seqs) * d - self.sum_join
         self.reservation = bs * held - tokens - self.frag
@@ -166,8 +170,10 @@ class Growth:
         lasts = []
         heap = self._lasts
         while heap and heap[0][0] <= b:
-            z, frag, serial, seq_id = heapq.heappop(heap)
-            if seqs.get(seq_id, _GONE).serial == serial:
+            z, frag, serial = heapq.heappop(heap)
+            if self._dead and serial in self._dead:
+                self._dead.remove(serial)
+            else:
                 lasts.append((z - 1 - a, frag))
                 self.frag += frag
         self.held = held = self.held + w0
@@ -203,7 +209,6 @@ class Growth:
             raise IntegrityError(f"growth books {got[:3]} but the growers give {want}")
 
 
-_GONE = Grower(0, 0, 0, 0, 0, 0, -1)
 # A NamedTuple's own constructor is Python code; tuple's is not (one of each is made per
 # request and per window).
-_new = tuple.__new__  # what a heap entry of a removed grower finds
+_new = tuple.__new__
