@@ -86,8 +86,7 @@ class Engine:
         # Paged memory's books give a round's categories without building a MemoryUsage
         # (validated, frozen: a cost on every round); traced or checked runs build it.
         kv = scheduler.kv
-        full = check_integrity or trace_steps
-        self._books = kv.books if isinstance(kv, KVCacheManager) and not full else None
+        self._books = kv.books if isinstance(kv, KVCacheManager) else None
         # Only a policy that promises its decisions change at events alone is fast-forwarded
         # (``Scheduler.decides_at_events``); any other steps every round, correct as it is.
         fast = type(scheduler).decides_at_events and not (reference or trace_steps)
@@ -190,8 +189,10 @@ class Engine:
         result = self.executor.execute(batch)
         kv = sched.kv
         usage = None
-        if self._books is not None:  # the categories without a MemoryUsage (paged, untraced)
-            slots = categories(kv.capacity, *self._books(), sched.has_queued())
+        books = self._books
+        if books is not None and not (self.check_integrity or self.trace_steps):
+            # the categories without a MemoryUsage (paged memory, an untraced run)
+            slots = categories(kv.capacity, *books(), sched.has_queued())
             self._account(batch, result.duration, Span.of_slots, slots)
         else:
             usage = kv.usage(waiting_for_memory=sched.has_queued())
