@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pagedkv.engine.models import get_model
 from pagedkv.errors import ConfigError
+from pagedkv.models.models import get_model
 from pagedkv.simulation import FLAT_KEYS, SimulationConfig, flat_help, simulate
 
 LESSON = {"workload": "lesson", "cost_model": "unit", "num_gpu_blocks": 100, "max_model_len": 256}

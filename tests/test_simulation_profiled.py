@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pagedkv.cli import main
-from pagedkv.engine.models import get_model
 from pagedkv.errors import ConfigError
+from pagedkv.models.models import get_model
 from pagedkv.simulation import SimulationConfig, simulate
 from tests.engine.profiles import profile_dict
 from tests.engine.test_fast_forward import same

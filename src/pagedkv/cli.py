@@ -336,7 +336,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         check_output_file("--save-result", args.save_result)
     if args.json:
         check_output_file("--json", args.json)
-    from pagedkv.engine.models import get_model
+    from pagedkv.models.models import get_model
     from pagedkv.workloads.factory import workload_notes
 
     notes = [*get_model(config.hardware.model).notes, *workload_notes(config.workload)]

@@ -19,12 +19,9 @@ from typing import Any
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
-from pagedkv.engine.dtypes import KVCacheDType, ModelDType, serving_model
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import SimExecutor
-from pagedkv.engine.gpus import GiB, get_gpu
 from pagedkv.engine.metrics import request_record, step_dict, summarize
-from pagedkv.engine.models import get_model
 from pagedkv.engine.pinned_prefixes import (
     account_prefill,
     check_policy,
@@ -41,6 +38,9 @@ from pagedkv.footprint import BYTES_PER_BLOCK, BYTES_PER_REQUEST, check_memory, 
 from pagedkv.memory.config import MAX_BLOCK_SIZE, MAX_BLOCKS, CacheConfig, EvictionPolicy
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.models.dtypes import KVCacheDType, ModelDType, serving_model
+from pagedkv.models.gpus import GiB, get_gpu
+from pagedkv.models.models import get_model
 from pagedkv.profiles import builtin_for
 from pagedkv.validation import (
     check_bool,

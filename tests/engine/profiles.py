@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pagedkv.engine.models import ModelSpec
 from pagedkv.engine.profile import SHAPE_FIELDS, Profile
+from pagedkv.models.models import ModelSpec
 
 
 def _curve(rng: random.Random, scale: float, xs: list[int]) -> dict[str, list[Any]]:

@@ -12,6 +12,7 @@ from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.windows import WindowCurve
+from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.factories import make_engine
@@ -182,3 +183,27 @@ def test_cohorts_equal_the_reference_across_a_switch_of_lines(
     cost = CrossingCost()
     assert isinstance(cost, CostModel)
     same(run(True, workload, cost, **kw)[:4], run(False, workload, cost, **kw)[:4])
+
+
+def test_the_books_hold_at_every_event_of_a_cohort() -> None:
+    """The engine's integrity hook checks the memory at every window's end, admission and
+    finish of a cohort (the Hypothesis runs above go through it); the books are exact there,
+    growth included: the free blocks are what the pool holds beyond what growth took."""
+    workload = [RequestSpec(i, 30, 60 + 29 * i, 0.3 * i) for i in range(8)]
+    engine = make_engine("vllm", workload, cost=ROOFLINE, num_gpu_blocks=300, max_model_len=512)
+    kv = engine.scheduler.kv
+    assert isinstance(kv, KVCacheManager)
+    seen: list[tuple[int, int]] = []
+    check = kv.check_integrity
+
+    def checked() -> None:
+        check()
+        seen.append((kv.num_free_blocks, kv.gpu.num_free))
+
+    kv.check_integrity = checked  # type: ignore[method-assign]
+    engine.run()
+    ff = engine.fast_forward
+    assert ff is not None
+    assert ff.windows > 0
+    assert len(seen) >= ff.windows + len(workload)  # every window, and every finish
+    assert any(exact < pool for exact, pool in seen)  # growth held blocks not chosen yet

@@ -17,10 +17,10 @@ from pagedkv.engine.cost_model import (
     UnitCost,
     expected_blocks,
 )
-from pagedkv.engine.gpus import GPUS
-from pagedkv.engine.models import MODELS
 from pagedkv.engine.windows import WindowCurve, search_steps
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GPUS
+from pagedkv.models.models import MODELS
 from pagedkv.validation import field_help
 
 OPT13 = RooflineCost(GPUS["A100-40GB"], MODELS["OPT-13B"])

@@ -120,7 +120,7 @@ def test_admission_hands_the_copy_of_the_partial_block_to_the_executor() -> None
     kv = engine.scheduler.kv
     assert isinstance(kv, KVCacheManager)
     partial = {p.blocks[-1] for p in kv.pinned_prefixes()}
-    engine.now = 1.0  # a few arrivals
+    engine.ledger.wait_until(1.0)  # a few arrivals
     engine.admit_arrivals()
     out = engine.scheduler.schedule()
     assert out.chunks

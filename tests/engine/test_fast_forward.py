@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 
 from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
-from pagedkv.engine.gpus import get_gpu
 from pagedkv.engine.metrics import request_record, summarize
-from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.scheduler import Scheduler
+from pagedkv.models.gpus import get_gpu
+from pagedkv.models.models import get_model
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.user_policies import USER_POLICIES, WronglyOptedIn, registered
 from tests.factories import make_engine

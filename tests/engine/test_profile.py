@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from pagedkv.engine.models import get_model
 from pagedkv.engine.profile import Curve, Profile, load_profile
 from pagedkv.errors import ConfigError
+from pagedkv.models.models import get_model
 from tests.engine.profiles import profile_dict
 
 OPT = get_model("OPT-13B")

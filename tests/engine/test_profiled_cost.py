@@ -11,12 +11,12 @@ from hypothesis import given, settings
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import CostModel
-from pagedkv.engine.gpus import get_gpu
-from pagedkv.engine.models import get_model
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.profiled_cost import ProfiledCost
 from pagedkv.engine.segments import SegmentCurve
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import get_gpu
+from pagedkv.models.models import get_model
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.profiles import synthetic_profile
 from tests.engine.test_fast_forward import MAX_LEN, both_equal, workloads

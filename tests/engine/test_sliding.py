@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
-from pagedkv.engine.gpus import GPUS
-from pagedkv.engine.models import MODELS
 from pagedkv.engine.sliding import clipped_sum, needs_window_pricing, windowed_shape
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GPUS
+from pagedkv.models.models import MODELS
 from pagedkv.simulation import SimulationConfig, simulate
 
 CHUNKS = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 120)), max_size=6)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from pagedkv.engine.capacity import kv_capacity, swap_space_blocks
-from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
-from pagedkv.engine.hf_config import model_from_hf_config
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec, get_model
-from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GPUS, GiB, GPUSpec, get_gpu
+from pagedkv.models.hf_config import model_from_hf_config
+from pagedkv.models.models import MODELS, Architecture, ModelSpec, get_model
+from pagedkv.models.moe import MoESpec
 
 NOMINAL = {
     "OPT-13B": 13e9,

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
-from pagedkv.engine.gpus import GPUS
-from pagedkv.engine.models import MODELS
 from pagedkv.engine.profile import load_profile
 from pagedkv.engine.profiled_cost import ProfiledCost
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GPUS
+from pagedkv.models.models import MODELS
 from pagedkv.profiles import builtin_for, builtin_names, builtin_path
 from pagedkv.profiles.derive import GPU_DIRS, SOURCES, Layer, layer_of
 from pagedkv.simulation import SimulationConfig

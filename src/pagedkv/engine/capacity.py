@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pagedkv.engine.gpus import GiB, GPUSpec
-from pagedkv.engine.models import ModelSpec, check_tensor_parallel
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GiB, GPUSpec
+from pagedkv.models.models import ModelSpec, check_tensor_parallel
 from pagedkv.validation import check_int
 
 DEFAULT_ACTIVATION_RESERVE_BYTES = 128 * 2**20

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pagedkv.engine.batch_shape import BatchShape
-from pagedkv.engine.gpus import GPUSpec
-from pagedkv.engine.models import ModelSpec, check_tensor_parallel
 from pagedkv.engine.windows import (
     StepCurve,
     WindowCurve,
@@ -28,6 +26,8 @@ from pagedkv.engine.windows import (
     max_linear_window,
 )
 from pagedkv.memory.config import MAX_BLOCK_SIZE
+from pagedkv.models.gpus import GPUSpec
+from pagedkv.models.models import ModelSpec, check_tensor_parallel
 from pagedkv.validation import check_bounds, check_int, float_field, int_field
 
 

@@ -23,14 +23,17 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pagedkv.engine.executor import Executor
 from pagedkv.engine.fast_forward import FastForward
+from pagedkv.engine.ledger import Ledger, Span
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError, IntegrityError
-from pagedkv.memory.usage import MemoryUsage
+from pagedkv.memory.manager import KVCacheManager
+from pagedkv.memory.usage import MemoryUsage, categories
 from pagedkv.workloads.client import ConcurrencyCap
 from pagedkv.workloads.spec import RequestSpec
 
@@ -82,6 +85,10 @@ class Engine:
         self.released: list[tuple[float, int, Request]] = []  # a heap
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
+        # Paged memory's books give a round's categories without building a MemoryUsage
+        # (validated, frozen: a cost on every round); traced or checked runs build it.
+        kv = scheduler.kv
+        self._books = kv.books if isinstance(kv, KVCacheManager) else None
         # Only a policy that promises its decisions change at events alone is fast-forwarded
         # (``Scheduler.decides_at_events``); any other steps every round, correct as it is.
         # A client cap on requests in flight (vllm bench serve's --max-concurrency): a request
@@ -96,14 +103,19 @@ class Engine:
         # of the step that computed it), for inter-token latencies. Off by default: a run
         # then does no per-token work, and the decode cohort (which has none) may run.
         self.token_times: dict[int, list[float]] | None = {} if token_times else None
-        self.now = 0.0
-        self.totals = StepTotals()
+        self.ledger = Ledger()  # the clock and every total: their one writer
+        self.totals: StepTotals = self.ledger.totals
         self._ended = 0
         self.steps: list[StepRecord] = []
 
+    @property
+    def now(self) -> float:
+        """The simulated clock (``Ledger.now``)."""
+        return self.ledger.now
+
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
-        pending, released, now = self.pending, self.released, self.now
+        pending, released, now = self.pending, self.released, self.ledger.now
         while True:
             if self.cap is not None and not self.cap.free:
                 return
@@ -135,7 +147,7 @@ class Engine:
 
     def _release_followups(self, parent: Request) -> None:
         for child in self.followups.pop(parent.request_id, ()):
-            child.arrival_time = self.now + child.think_time
+            child.arrival_time = self.ledger.now + child.think_time
             heapq.heappush(self.released, (child.arrival_time, child.request_id, child))
 
     def _reject_followups(self, parent: Request) -> None:
@@ -168,31 +180,42 @@ class Engine:
             if not sched.has_unfinished():
                 if arrival is None:
                     break
-                self.now = arrival  # idle until the next arrival
+                self.ledger.wait_until(arrival)  # idle until the next arrival
                 continue
             batch = sched.schedule()
             if batch.is_empty:
                 if arrival is not None:
-                    self.now = max(self.now, arrival)
+                    self.ledger.wait_until(arrival)
                     continue
                 waiting = [c for cs in self.followups.values() for c in cs]
                 stuck = sorted(r.request_id for r in [*sched.stuck(), *waiting])
-                return EngineRun(self.requests, self.totals, self.now, True, stuck, self.steps)
+                return EngineRun(
+                    self.requests, self.totals, self.ledger.now, True, stuck, self.steps
+                )
             finished = self.step(batch)
             if self.fast_forward is not None:
                 self.fast_forward.after(batch, finished)
         self._check_conservation()
-        return EngineRun(self.requests, self.totals, self.now, steps=self.steps)
+        return EngineRun(self.requests, self.totals, self.ledger.now, steps=self.steps)
 
     def step(self, batch: SchedulerOutput) -> bool:
         """Run one iteration; True if a request finished in it."""
         sched = self.scheduler
         result = self.executor.execute(batch)
-        usage = sched.kv.usage(waiting_for_memory=sched.has_queued())
-        self._account(batch, result.duration, usage)
+        kv = sched.kv
+        usage = None
+        books = self._books
+        if books is not None and not (self.check_integrity or self.trace_steps):
+            # the categories without a MemoryUsage (paged memory, an untraced run)
+            slots = categories(kv.capacity, *books(), sched.has_queued())
+            self._account(batch, result.duration, Span.of_slots, slots)
+        else:
+            usage = kv.usage(waiting_for_memory=sched.has_queued())
+            self._account(batch, result.duration, Span.of_round, usage)
         finished = self.apply(batch, result.duration, result.sampled, result.stopped)
         if self.check_integrity:
-            sched.kv.check_integrity()
+            assert usage is not None  # (a checked run builds it)
+            kv.check_integrity()
             self._check_usage(usage)
         return finished
 
@@ -207,8 +230,8 @@ class Engine:
         counters and the tokens it sampled (a real executor's, keyed by seq id); finished
         requests (their output_len reached, or ``stopped``: a real model's stop token) free
         their memory. True if any did."""
-        start = self.now
-        self.now += duration
+        start = self.ledger.now
+        self.ledger.advance(duration)
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request
@@ -223,7 +246,7 @@ class Engine:
                     for seq_id in req.seq_ids:
                         req.outputs_of(seq_id).append(sampled[seq_id])
                 if req.first_token_time is None:
-                    req.first_token_time = self.now
+                    req.first_token_time = self.ledger.now
                 if req.num_output_tokens == req.output_len:
                     finished.append(req)
                 elif req.request_id in stopped:
@@ -243,12 +266,13 @@ class Engine:
             del times[1:]
         else:
             del times[m - 1 :]
-            times.append(self.now)
+            times.append(self.ledger.now)
 
     def finish(self, finished: list[Request]) -> None:
+        now = self.ledger.now
         for req in finished:
             for done in self.scheduler.finish(req):
-                done.finish_time = self.now
+                done.finish_time = now
                 if done.n > 1:
                     done.complete_samples()
                 self._ended += 1
@@ -259,20 +283,29 @@ class Engine:
         if finished and self.progress is not None:
             self.progress(self._ended, len(self.requests))
 
-    def _account(self, batch: SchedulerOutput, duration: float, usage: MemoryUsage) -> None:
+    def _account(
+        self,
+        batch: SchedulerOutput,
+        duration: float,
+        span: Callable[[float, Any, int, int, int], Span],
+        memory: MemoryUsage | tuple[int, int, int, int, int],
+    ) -> None:
+        """Account one round: ``span`` (``Span.of_round`` or ``of_slots``) of its ``memory``."""
         sched = self.scheduler
-        t = self.totals
-        t.add(duration, usage, len(sched.running), len(batch.chunks))
-        t.weighted_saved_blocks += duration * sched.kv.blocks_saved_by_sharing
-        if batch.preempted:
-            t.preemptions += len(batch.preempted)
-            t.swap_outs += sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
-        t.swapped_blocks += len(batch.swap_out)
+        ledger = self.ledger
+        saved = sched.kv.blocks_saved_by_sharing
+        ledger.add(span(duration, memory, len(sched.running), len(batch.chunks), saved))
+        if batch.preempted or batch.swap_out:
+            swap_outs = sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
+            ledger.preempted(len(batch.preempted), swap_outs, len(batch.swap_out))
+        t = ledger.totals
         if self.trace_steps:
+            usage = memory
+            assert isinstance(usage, MemoryUsage)  # (a traced run builds it)
             self.steps.append(
                 StepRecord(
                     index=t.iterations - 1,
-                    start_time=self.now,
+                    start_time=self.ledger.now,
                     duration=duration,
                     num_running=len(sched.running),
                     num_waiting=len(sched.waiting),

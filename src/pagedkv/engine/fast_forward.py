@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pagedkv.engine import cohort
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
-from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
 from pagedkv.engine.windows import StepCurve, add_new_blocks
 
@@ -84,7 +84,7 @@ class FastForward:
             if stop is not None or not sched.running or sched.has_queued():
                 return
             arrival = eng.next_arrival
-            if arrival is not None and arrival <= eng.now:
+            if arrival is not None and arrival <= eng.ledger.now:
                 return
 
     def _window(self) -> str | None:
@@ -125,7 +125,7 @@ class FastForward:
         curve = self.cost.curve(base, BatchShape.decode_growth(n))
         arrival = eng.next_arrival
         if arrival is not None and not queued:
-            k_arrival = curve.steps_to_reach(arrival - eng.now)
+            k_arrival = curve.steps_to_reach(arrival - eng.ledger.now)
             if k_arrival <= k:
                 k, stop = k_arrival, "arrival"
         # The round of every block allocation in the window, and the internal fragmentation
@@ -203,13 +203,7 @@ class FastForward:
             rounds = [i for i in frag if i <= k]
             for i, start in zip(rounds, curve.totals([i - 1 for i in rounds]), strict=True):
                 internal += frag[i] * (total - start)
-        integrals = {
-            "token_states": tokens,
-            "reservation": alloc - tokens - internal,
-            "internal_fragmentation": internal,
-            "external_fragmentation": (u.capacity * total - alloc) if waiting else 0.0,
-            "free": 0.0 if waiting else (u.capacity * total - alloc),
-        }
+        weighted = level_integrals(u.capacity, total, tokens, alloc, internal, waiting)
         # Apply: slots, counters, clock, totals.
         running = sched.running
         ids = new_token_ids(running, k) if sched.has_token_ids else None
@@ -219,7 +213,7 @@ class FastForward:
             ]
         kv.append_slots_all(seq_ids, k, ids)
         if eng.token_times is not None:  # round i's token is sampled at now + sum_{j<i} d_j
-            start = eng.now
+            start = eng.ledger.now
             stamps = [start + t for t in curve.totals(list(range(1, k + 1)))]
             for r in running:
                 eng.token_times.setdefault(r.request_id, []).extend(stamps)
@@ -229,16 +223,12 @@ class FastForward:
             r.num_output_tokens += k
             if r.num_output_tokens == r.output_len:
                 finished.append(r)
-        eng.now += total
-        t = eng.totals
-        t.iterations += k
-        t.busy_time += total
-        t.sum_running += len(running) * k
-        t.sum_batched_seqs += len(running) * k
-        for name in CATEGORIES:
-            t.weighted[name] += integrals[name]
-        t.weighted_saved_blocks += saved * total
-        t.weighted_rounding += u.allocator_rounding * total  # a region's rounding is fixed
+        eng.ledger.advance(total)
+        n_run = len(running)
+        rounding = u.allocator_rounding * total  # a region's rounding is fixed in a window
+        eng.ledger.add(
+            Span(k, total, n_run * k, n_run * k, n_run, weighted, saved * total, rounding)
+        )
         self.windows += 1
         self.rounds += k
         eng.finish(finished)

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.memory.usage import MemoryUsage
 
 CATEGORIES = (
     "token_states",
@@ -56,7 +55,8 @@ class StepRecord:
 
 @dataclass
 class StepTotals:
-    """Running sums over iterations, enough for every per-run metric."""
+    """Running sums over iterations, enough for every per-run metric (written only by the
+    engine's ``Ledger``, a span of rounds at a time)."""
 
     iterations: int = 0
     busy_time: float = 0.0
@@ -69,45 +69,6 @@ class StepTotals:
     weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     weighted_saved_blocks: float = 0.0  # time integral of blocks_saved_by_sharing
     weighted_rounding: float = 0.0  # time integral of MemoryUsage.allocator_rounding
-
-    def add(
-        self,
-        duration: float,
-        usage: MemoryUsage,
-        num_running: int,
-        num_batched_seqs: int,
-        repeat: int = 1,
-    ) -> None:
-        """Record ``repeat`` identical iterations of ``duration`` each (in total ``duration``)."""
-        slots = (
-            usage.token_states,
-            usage.reservation,
-            usage.internal_fragmentation,
-            usage.external_fragmentation,
-            usage.free,
-        )
-        self.record(duration, slots, num_running, num_batched_seqs, repeat)
-        if usage.allocator_rounding:
-            self.weighted_rounding += duration * usage.allocator_rounding
-
-    def record(
-        self,
-        duration: float,
-        slots: tuple[int, int, int, int, int],
-        num_running: int,
-        num_batched_seqs: int,
-        repeat: int = 1,
-    ) -> None:
-        """``add`` with the memory as the slots of each category, in ``CATEGORIES`` order
-        (``pagedkv.memory.usage.categories``), for a caller that has no ``MemoryUsage``."""
-        self.iterations += repeat
-        self.busy_time += duration
-        self.max_running = max(self.max_running, num_running)
-        self.sum_running += num_running * repeat
-        self.sum_batched_seqs += num_batched_seqs * repeat
-        weighted = self.weighted
-        for name, n in zip(CATEGORIES, slots, strict=True):
-            weighted[name] += duration * n
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.ledger import Span
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.policies.contiguous import ContiguousScheduler
 from pagedkv.errors import ConfigError
@@ -114,9 +115,9 @@ def account_prefill(engine: Engine, setup: PinnedSetup) -> None:
     if not setup.prefill_time:
         return
     kv = engine.scheduler.kv
-    engine.totals.add(setup.prefill_time, kv.usage(), 0, 0)
-    engine.totals.weighted_saved_blocks += setup.prefill_time * kv.blocks_saved_by_sharing
-    engine.now = setup.prefill_time
+    saved = kv.blocks_saved_by_sharing
+    engine.ledger.add(Span.of_round(setup.prefill_time, kv.usage(), 0, 0, saved))
+    engine.ledger.advance(setup.prefill_time)
 
 
 def pinned_summary(engine: Engine) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.models import ModelSpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.models import ModelSpec
 
 FORMAT = "pagedkv-profile"
 VERSION = 1

@@ -27,11 +27,11 @@ from itertools import groupby
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import RooflineConfig
-from pagedkv.engine.gpus import GPUSpec
-from pagedkv.engine.models import ModelSpec, check_tensor_parallel
 from pagedkv.engine.profile import Curve, Profile
 from pagedkv.engine.segments import SegmentCurve, segment_starts
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GPUSpec
+from pagedkv.models.models import ModelSpec, check_tensor_parallel
 from pagedkv.validation import check_int
 
 _Term = tuple[Curve, int, int, float]  # a curve, its argument x0 + dx j, its weight

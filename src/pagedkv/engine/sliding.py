@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import RooflineCost
 from pagedkv.engine.executor import SimExecutor, StepResult
-from pagedkv.engine.models import ModelSpec
 from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.models.models import ModelSpec
 from pagedkv.validation import check_int
 
 

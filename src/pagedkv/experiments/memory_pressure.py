@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pagedkv.engine.models import get_model
 from pagedkv.experiments import setups
 from pagedkv.experiments.framework import ExperimentResult, Plan, PlotRef, Point, fmt
 from pagedkv.experiments.metrics import axis_label
+from pagedkv.models.models import get_model
 from pagedkv.report import plots
 
 NAME = "memory-pressure"

@@ -7,7 +7,9 @@ copies and swaps an executor must perform. It never picks victims: that is the s
 "No room" is a ``None`` return that changed nothing, never an exception.
 
 Accounting is incremental (O(1) per token, O(blocks) per allocate/free), so ``usage()`` is
-O(1); ``check_integrity()`` recomputes everything from the tables and compares.
+O(1); ``check_integrity()`` recomputes everything from the tables and compares. Decoding
+sequences may grow in closed form (``grow``, ``advance_rounds``: memory/growth.py): the books
+stay exact every round and their blocks are chosen when something reads them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
+from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
 from pagedkv.memory.pinned import PinnedPrefixMixin
 from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_block, hash_blocks
@@ -91,6 +94,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         self._swapped: dict[SeqId, BlockTable] = {}  # sequences whose blocks are CPU block ids
         self._token_slots = 0  # distinct used GPU slots holding a token
         self._tails = TailBooks(self.block_size)
+        # Sequences that gain a token per round in closed form (``grow``): the tables above
+        # lag behind them, and ``books`` adds what the growth took since (memory/growth.py).
+        self._growth = Growth(self.block_size)
         self._watermark_blocks = config.watermark_blocks  # (a frozen config: read once)
         # Token ids are read (hashed, matched) only with one of these on: only then are their
         # types checked (their number always is).
@@ -110,7 +116,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     @property
     def num_free_blocks(self) -> int:
-        return self.gpu.num_free
+        """Free GPU blocks now (growing sequences' new blocks are taken, if not chosen yet)."""
+        return self.gpu.num_free - self._growth.held
 
     def has_seq(self, seq_id: SeqId) -> bool:
         """Is ``seq_id`` allocated on the GPU?"""
@@ -120,10 +127,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         return seq_id in self._swapped
 
     def num_tokens(self, seq_id: SeqId) -> int:
+        self._settle()
         return self._any_table(seq_id).num_tokens
 
     def block_ids(self, seq_id: SeqId) -> list[int]:
         """The physical blocks of ``seq_id`` (GPU ids, or CPU ids while swapped out)."""
+        self._settle()
         return list(self._any_table(seq_id).blocks)
 
     def seq_ids(self) -> list[SeqId]:
@@ -136,6 +145,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     def room(self, seq_id: SeqId) -> int:
         """Tokens ``seq_id`` can append before it needs a new block or a copy-on-write."""
+        self._settle()
         table = self._gpu_table(seq_id)
         if table.blocks and self.gpu.ref_counts[table.blocks[-1]] > 1:
             return 0  # the next write into the shared last block copies it first
@@ -143,6 +153,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
         """``room`` of each sequence, in one call (the fast-forward asks for all at once)."""
+        self._settle()
         tables = self._tables
         refs = self.gpu.ref_counts
         bs = self.block_size
@@ -178,7 +189,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     def stats(self) -> CacheStats:
         return CacheStats(
             num_gpu_blocks=self.gpu.num_blocks,
-            num_free_blocks=self.gpu.num_free,
+            num_free_blocks=self.num_free_blocks,
             num_cached_free_blocks=self.gpu.num_cached_free,
             num_cpu_blocks=self.cpu.num_blocks,
             num_free_cpu_blocks=self.cpu.num_free,
@@ -204,24 +215,79 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     def books(self) -> tuple[int, int, int]:
         """(token states, reservation, internal fragmentation) in slots: ``usage`` without
-        building it (the fast-forward's decode cohort reads them at every event)."""
-        return (
-            self._token_slots,
-            self._tails.reservation,
-            self._tails.internal + self._pinned_empty_slots,  # pinned partial blocks' empties
-        )
+        building it (the fast-forward's decode cohort reads them at every event). Exact at
+        the current round: the tables' books plus what growing sequences gained since they
+        joined (tokens, the blocks they took, those blocks' slots past a final length)."""
+        tokens = self._token_slots
+        reservation = self._tails.reservation
+        internal = self._tails.internal + self._pinned_empty_slots  # pinned blocks' empties
+        growth = self._growth
+        if growth.seqs:
+            tokens += growth.tokens
+            reservation += growth.reservation
+            internal += growth.frag
+        return tokens, reservation, internal
+
+    # ----- growth in closed form ------------------------------------------------------------
+    def grow(self, seq_ids: Sequence[SeqId]) -> None:
+        """From the next round on, each of these sequences gains one token per round (it
+        decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
+        them all at once, the books stay exact, and block ids are chosen only when read.
+
+        Each must hold its blocks alone with its tokens' ids unknown (no copy-on-write, no
+        prefix key to come); already growing ones go on as they were."""
+        refs = self.gpu.ref_counts
+        growth = self._growth
+        for seq_id in seq_ids:
+            if seq_id in growth.seqs:
+                continue
+            table = self._tables.get(seq_id) or self._gpu_table(seq_id)
+            blocks = table.blocks
+            if table.tokens_known or (blocks and refs[blocks[-1]] != 1):
+                raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
+            growth.add(seq_id, table)
+
+    def rounds_that_fit(self) -> int | None:
+        """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
+        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
+
+    def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
+        """k rounds of growth (with ``upto``: as many of them as the free blocks hold): every
+        growing sequence gains a token a round. Returns the rounds run, the blocks they take
+        with their sums of x and x^2 (x: a round's place in the window, from 0) and each last
+        block's (x, internal fragmentation it brings), for integrals over the rounds; with
+        ``rounds``, also the round of each block (1 = the window's first). ``PagedKVError``,
+        changing nothing, if (without ``upto``) the blocks do not fit. The caller frees or
+        stops a sequence at its final length (``check_integrity`` fails once one passed it)."""
+        growth = self._growth
+        return growth.advance(k, self.gpu.num_free - growth.held, rounds, upto)
+
+    def _settle(self) -> None:
+        """Bring every growing sequence's table up to date (its blocks are being read): it
+        takes its tokens and its new blocks from the pool now, and stops growing."""
+        growth = self._growth
+        if not growth.seqs:
+            return
+        by_lag: dict[int, list[SeqId]] = {}
+        for seq_id in list(growth.seqs):
+            lag, _ = growth.remove(seq_id)
+            if lag:
+                by_lag.setdefault(lag, []).append(seq_id)
+        for lag, seq_ids in by_lag.items():
+            self.append_slots_all(seq_ids, lag)
 
     # ----- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
         self, token_ids: Sequence[int], *, cache_salt: str | bytes | None = None
     ) -> PrefixHit:
-        """Cached full blocks that start ``token_ids`` (no side effect).
+        """Cached full blocks that start ``token_ids`` (no side effect on the cache).
 
         The last token is never a hit: its logits are needed, so it must be computed. Hits are
         therefore whole blocks within the first len(token_ids) - 1 tokens.
         """
         if not self.config.enable_prefix_caching or len(token_ids) < 2:
             return PrefixHit((), 0)
+        self._settle()  # growth's blocks not chosen yet may be cached free ones
         bs = self.block_size
         salt = _to_salt(cache_salt)
         blocks: list[int] = []
@@ -267,7 +333,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return _NEVER
         taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
-        return _LATER if gpu.num_free - taken < wm else _OK
+        return _LATER if gpu.num_free - self._growth.held - taken < wm else _OK
 
     def never_reason(
         self,
@@ -320,7 +386,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         )
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
             needed = -(-num_tokens // self.block_size)
-            if needed > self.gpu.num_free:
+            if needed > self.gpu.num_free - self._growth.held:
                 return None
             salt = None if cache_salt is None else _to_salt(cache_salt)
             table = BlockTable(self.block_size, final_len=final_len, salt=salt)
@@ -330,6 +396,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._tables[seq_id] = table
             self._tails.track(seq_id, table)
             return 0
+        self._settle()  # a lookup reads cached blocks, which growth may have taken
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
@@ -373,6 +440,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         only blocks within the first that many tokens now (a scheduler that does not know the
         newest token yet, as vLLM's async one); a later call keys the rest.
         """
+        self._settle()
         table = self._gpu_table(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
             num_tokens = as_int("num_tokens", num_tokens, 0)
@@ -439,11 +507,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         """Key the full blocks of ``seq_id`` within its first ``num_tokens`` tokens that are
         not keyed yet (with prefix caching on): for a scheduler that learns a step's tokens
         only after the next step is scheduled, as vLLM's async one, and keys them then."""
+        self._settle()
         self._register_keys(self._gpu_table(seq_id), num_tokens)
 
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
         """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
         sharing a partial last block each copy it but the last, who finds it its own."""
+        self._settle()
         bs = self.block_size
         refs = self.gpu.ref_counts
         left: dict[int, int] = {}  # shared last block -> references not yet copied away
@@ -475,6 +545,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         each sequence's new ids (or None). The common case (an unshared last block, token ids
         unknown or prefix caching off) skips the general path's checks.
         """
+        self._settle()
         bs = self.block_size
         tables = self._tables
         if type(num_tokens) is not int or num_tokens < 0:
@@ -557,6 +628,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
     ) -> list[BlockCopy] | None:
         """``child`` shares every block of ``parent`` (reference counts + 1). Never needs room,
         so it returns ``[]``: copies happen lazily, on the first append into a shared block."""
+        self._settle()
         table = self._gpu_table(parent)
         if child in self._tables or child in self._swapped:
             raise UnknownSequenceError(f"sequence {child!r} is already allocated")
@@ -569,7 +641,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         return []
 
     def free(self, seq_id: SeqId) -> None:
-        """Release every block of ``seq_id`` (GPU or swapped), last block first."""
+        """Release every block of ``seq_id`` (GPU or swapped), last block first. A growing
+        sequence's blocks not chosen yet were never taken: they stay free."""
+        growth = self._growth
+        if growth.seqs:
+            grower = growth.seqs.pop(seq_id, None)
+            if grower is not None:
+                growth.drop(grower)
         table = self._tables.get(seq_id)
         if table is None:
             if seq_id in self._swapped:
@@ -582,7 +660,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
 
     # ----- integrity --------------------------------------------------------------------------
     def check_integrity(self) -> None:
-        """Recompute the books from the tables and compare; raise IntegrityError on any gap."""
+        """Recompute the books from the tables and compare; raise IntegrityError on any gap
+        (growing sequences: their sums from each one's state, their tables as of their join)."""
+        self._growth.check(self._tables)
+        if self._growth.held > self.gpu.num_free:
+            held = self._growth.held
+            raise IntegrityError(f"growth holds {held} blocks; the pool has fewer free")
         overlap = self._tables.keys() & self._swapped.keys()
         if overlap:
             raise IntegrityError(f"sequences both on GPU and swapped: {sorted(map(str, overlap))}")
@@ -657,8 +740,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             raise UnknownSequenceError(f"sequence {seq_id!r} is already allocated")
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = as_int("num_tokens", num_tokens, 0)
-        if final_len is not None:
-            final_len = self._check_final(final_len, num_tokens)
+        if final_len is not None and (type(final_len) is not int or final_len < num_tokens):
+            final_len = self._check_final(final_len, num_tokens)  # (a plain int passes at once)
         if token_ids is not None:
             if _length(token_ids) < num_tokens:
                 raise ConfigError(

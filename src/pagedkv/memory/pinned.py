@@ -69,6 +69,7 @@ class PinnedPrefixMixin(SwapMixin):
         Raises ``ConfigError`` when explicit mode is off, the id or the same ids are already
         registered, or the blocks would not fit in the free pool above the watermark.
         """
+        self._settle()
         if not self.config.enable_pinned_prefixes:
             raise ConfigError(
                 "enable_pinned_prefixes", False, "must be True to register pinned prefixes"
@@ -101,6 +102,7 @@ class PinnedPrefixMixin(SwapMixin):
 
     def unregister_prefix(self, prefix_id: Hashable) -> None:
         """Drop the pins; blocks still shared by sequences stay theirs until they free them."""
+        self._settle()
         prefix = self._pins.pop(prefix_id, None)
         if prefix is None:
             raise UnknownSequenceError(f"prefix {prefix_id!r} is not registered")

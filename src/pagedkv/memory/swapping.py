@@ -50,11 +50,15 @@ class SwapMixin:
     def _release_gpu(self, table: BlockTable) -> None:
         raise NotImplementedError
 
+    def _settle(self) -> None:
+        raise NotImplementedError
+
     def _register_keys(self, table: BlockTable) -> None:
         raise NotImplementedError
 
     def can_swap_out(self, seq_ids: Iterable[SeqId]) -> bool:
         """Does the CPU pool have a block for every distinct GPU block of these sequences?"""
+        self._settle()
         ids = _group(seq_ids)
         return len(self._distinct_blocks(ids, self._tables)) <= self.cpu.num_free
 
@@ -65,6 +69,7 @@ class SwapMixin:
         pool is short. Blocks shared among the sequences stay shared on the CPU. A block also
         referenced by a sequence that stays on the GPU is copied, and stays there for the other.
         """
+        self._settle()
         ids = _group(seq_ids)
         distinct = self._distinct_blocks(ids, self._tables)
         if len(distinct) > self.cpu.num_free:
@@ -87,6 +92,7 @@ class SwapMixin:
         """Would swapping these sequences back in fit, honouring the watermark, with room
         left for ``num_new_tokens`` more tokens of each (so that a resumed request can take
         its next step instead of going straight back out)?"""
+        self._settle()
         ids = _group(seq_ids)
         num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
         needed = self._swap_in_blocks_taken(ids)
@@ -101,6 +107,7 @@ class SwapMixin:
 
         A block whose key is still in the GPU prefix cache is reused without a copy.
         """
+        self._settle()
         ids = _group(seq_ids)
         if self._swap_in_blocks_taken(ids) > self.gpu.num_free:
             return None

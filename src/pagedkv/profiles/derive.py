@@ -34,8 +34,6 @@ from datetime import date
 from pathlib import Path
 
 from pagedkv.engine.cost_model import KERNEL_REFERENCE_BLOCK, RooflineConfig
-from pagedkv.engine.gpus import GPUS, GPUSpec
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec
 from pagedkv.engine.profile import (
     SHAPE_FIELDS,
     Curve,
@@ -45,6 +43,8 @@ from pagedkv.engine.profile import (
     Profile,
     SwapCost,
 )
+from pagedkv.models.gpus import GPUS, GPUSpec
+from pagedkv.models.models import MODELS, Architecture, ModelSpec
 
 HERE = Path(__file__).parent
 REPOSITORY = "microsoft/vidur"

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.gpus import get_gpu
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import get_gpu
 from pagedkv.simulation import FLAT_KEYS, SimulationConfig
 from pagedkv.sweep.bisect import MIN_TOLERANCE
 from pagedkv.sweep.spec import _seeds

@@ -2,7 +2,7 @@
 the ``ModelSpec`` the simulator prices, with the same shapes.
 
 ``--model`` is one of ``BUILTIN`` (random-weight shapes run on a CPU: the tests' tiny Llama, a
-small one, and a Llama of about 110M parameters), a simulator preset (``pagedkv.engine.models``:
+small one, and a Llama of about 110M parameters), a simulator preset (``pagedkv.models.models``:
 OPT presets run as the GPT-2 layout with ReLU, which has the same matrices), or a Hugging Face
 ``config.json`` (gpt2 or llama). Torch-free, so the CLI validates before torch is imported.
 """
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.models import MODELS, Architecture, ModelSpec
 from pagedkv.engine.profile import DTYPE_BYTES
 from pagedkv.errors import ConfigError
+from pagedkv.models.models import MODELS, Architecture, ModelSpec
 from pagedkv.tensors.model_config import DecoderConfig
 from pagedkv.validation import read_text
 
@@ -121,7 +121,7 @@ def resolve_model(name_or_path: str, dtype: str) -> tuple[DecoderConfig, ModelSp
         if not isinstance(data, dict):
             raise ConfigError("model", name_or_path, "must hold a JSON object")
         if data.get("model_type") == "opt":
-            from pagedkv.engine.hf_config import model_from_hf_config
+            from pagedkv.models.hf_config import model_from_hf_config
 
             config = _from_spec(model_from_hf_config(path))
         else:

@@ -13,9 +13,9 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
 from pagedkv.engine.executor import StepResult, batch_shape
-from pagedkv.engine.gpus import GiB, GPUSpec
-from pagedkv.engine.models import ModelSpec
 from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.models.gpus import GiB, GPUSpec
+from pagedkv.models.models import ModelSpec
 from pagedkv.tensors.executor import TorchExecutor, build_real_engine
 from pagedkv.tensors.model import Decoder
 from pagedkv.workloads.spec import RequestSpec

@@ -15,9 +15,9 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pagedkv.engine.mla import MLASpec
-from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.mla import MLASpec
+from pagedkv.models.moe import MoESpec
 from pagedkv.validation import check_bool, check_choice, check_int
 
 
@@ -335,7 +335,7 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         if key.lower() == str(name_or_path).lower():
             return model
     if Path(name_or_path).exists():
-        from pagedkv.engine.hf_config import model_from_hf_config
+        from pagedkv.models.hf_config import model_from_hf_config
 
         return model_from_hf_config(name_or_path)
     allowed = "must be one of " + ", ".join(MODELS) + ", or a path to a config.json"

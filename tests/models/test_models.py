@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedkv.engine.hf_config import FAMILIES, model_from_hf_config
-from pagedkv.engine.models import Architecture, ModelSpec, get_model
-from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.hf_config import FAMILIES, model_from_hf_config
+from pagedkv.models.models import Architecture, ModelSpec, get_model
+from pagedkv.models.moe import MoESpec
 
 
 def _load(tmp_path: Path, raw: dict[str, Any]) -> ModelSpec:
@@ -646,7 +646,7 @@ def test_counts_are_consistent(m: ModelSpec, tokens: int) -> None:
 def test_latent_attention_in_the_roofline_and_the_pool(tmp_path: Path) -> None:
     from pagedkv.engine.batch_shape import BatchShape
     from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
-    from pagedkv.engine.gpus import GPUS, GiB
+    from pagedkv.models.gpus import GPUS, GiB
     from pagedkv.simulation import SimulationConfig, simulate
 
     v3 = _load(tmp_path, DEEPSEEK_V3)

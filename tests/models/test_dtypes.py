@@ -11,12 +11,12 @@ from pagedkv.cli import main
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.capacity import DEFAULT_ACTIVATION_RESERVE_BYTES, kv_capacity
 from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
-from pagedkv.engine.dtypes import KVCacheDType, ModelDType, serving_model
-from pagedkv.engine.gpus import GPUS, GiB
-from pagedkv.engine.models import MODELS
-from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.models.dtypes import KVCacheDType, ModelDType, serving_model
+from pagedkv.models.gpus import GPUS, GiB
+from pagedkv.models.models import MODELS
+from pagedkv.models.moe import MoESpec
 from pagedkv.simulation import SimulationConfig, build_engine
 
 OPT13 = MODELS["OPT-13B"]

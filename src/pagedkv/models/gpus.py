@@ -105,7 +105,7 @@ def get_gpu(name: str) -> GPUSpec:
         if key.lower() == str(name).lower():
             return gpu
     if str(name).endswith((".yaml", ".yml")):
-        from pagedkv.engine.gpu_file import gpu_from_yaml
+        from pagedkv.models.gpu_file import gpu_from_yaml
 
         return gpu_from_yaml(name)
     raise ConfigError("gpu", name, "must be one of " + ", ".join(GPUS) + ", or a GPU .yaml file")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from pagedkv.engine.models import ModelSpec
+from pagedkv.models.models import ModelSpec
 
 
 class ModelDType(enum.Enum):

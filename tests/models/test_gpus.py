@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from pagedkv.cli import main
-from pagedkv.engine.gpu_file import gpu_from_yaml
-from pagedkv.engine.gpus import GPUS, GiB, GPUSpec, get_gpu
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpu_file import gpu_from_yaml
+from pagedkv.models.gpus import GPUS, GiB, GPUSpec, get_gpu
 from pagedkv.simulation import SimulationConfig, simulate
 
 # name: (memory GiB, dense BF16 TFLOP/s, memory GB/s, PCIe GB/s one way, link GB/s one way)

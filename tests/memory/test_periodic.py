@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from pagedkv.engine.periodic import PeriodicCounts
+from pagedkv.memory.periodic import PeriodicCounts
 
 
 def brute_total(counts: list[int], a: int, b: int) -> int:

@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.gpus import GiB, GPUSpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.gpus import GiB, GPUSpec
 from pagedkv.validation import read_yaml
 
 REQUIRED = ("memory_gib", "bf16_tflops", "memory_bandwidth_gb_s", "pcie_bandwidth_gb_s")

@@ -39,6 +39,7 @@ class PeriodicCounts:
         self._w0 = [0] * (2 * period)
         self._w1 = [0] * (2 * period)
         self._w2 = [0] * (2 * period)
+        self.weight = 0  # sum of count[r]: the weight of one whole period
 
     def add(self, residue: int, delta: int) -> None:
         """count[residue] += delta (it must stay >= 0)."""
@@ -46,6 +47,7 @@ class PeriodicCounts:
         count = w0[residue] + delta
         if count < 0:
             raise ValueError(f"count of residue {residue} below zero")
+        self.weight += delta
         p = residue + self.period  # its second position
         w0[residue] = w0[p] = count
         w1[residue] += delta * residue
@@ -61,7 +63,8 @@ class PeriodicCounts:
     def total(self, a: int, b: int) -> int:
         """sum of w(i) over rounds a < i <= b (0 <= a <= b)."""
         q, r = divmod(b - a, self.period)
-        return q * sum(self._w0[: self.period]) + self._run((a + 1) % self.period, r)[0]
+        r0 = (a + 1) % self.period
+        return q * self.weight + sum(self._w0[r0 : r0 + r])
 
     def window(self, a: int, b: int) -> tuple[int, int, int]:
         """sums of w(i), w(i) x and w(i) x^2 over rounds a < i <= b (0 <= a <= b), x = i - 1 - a
@@ -69,8 +72,12 @@ class PeriodicCounts:
         k = b - a
         bs = self.period
         r0 = (a + 1) % bs
-        if k <= bs:  # the usual window: one run
-            return self._run(r0, k)
+        if k <= bs:  # the usual window: one run (``_run``, inlined)
+            end = r0 + k
+            w0 = sum(self._w0[r0:end])
+            s1 = sum(self._w1[r0:end])
+            s2 = sum(self._w2[r0:end])
+            return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
         q, r = divmod(k, bs)
         c0, c1, c2 = self._run(r0, bs)  # period 0; period P adds P bs to x
         p1 = q * (q - 1) // 2  # sum of P over P = 0..q-1
@@ -97,7 +104,7 @@ class PeriodicCounts:
 
     def first_over(self, a: int, limit: int) -> int:
         """The first round i > a with ``total(a, i) > limit`` (limit >= 0; some count > 0)."""
-        per_period = sum(self._w0[: self.period])
+        per_period = self.weight
         if per_period <= 0:
             raise ValueError("no weight: the total never grows")
         lo, hi = a, a + self.period * (limit // per_period + 1)  # total(a, hi) > limit

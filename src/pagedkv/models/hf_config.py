@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pagedkv.engine.hf_layers import ConfigReader, mla_spec, moe_spec, sliding_layers
-from pagedkv.engine.models import Architecture, ModelSpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.hf_layers import ConfigReader, mla_spec, moe_spec, sliding_layers
+from pagedkv.models.models import Architecture, ModelSpec
 from pagedkv.validation import read_text
 
 _DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}

@@ -9,9 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pagedkv.engine.mla import MLASpec
-from pagedkv.engine.moe import MoESpec
 from pagedkv.errors import ConfigError
+from pagedkv.models.mla import MLASpec
+from pagedkv.models.moe import MoESpec
 from pagedkv.validation import check_int
 
 _MISSING = object()

@@ -1,0 +1,151 @@
+"""The ledger: the run's clock and every time-weighted total, with one writer.
+
+Everything a run accounts goes through one ``Ledger``: the clock (``advance``, ``wait_until``),
+the per-round sums and time integrals of ``StepTotals`` (``add``, a ``Span`` of rounds) and the
+preemption counters (``preempted``). A span is k consecutive busy rounds of known total
+duration T::
+
+    reference loop:   one round, each level constant over it        (Span.of_round, k = 1)
+    fast path:        k rounds in closed form, levels integrated    (Span(...), k >= 1)
+
+    rounds += k, busy_time += T, sum_running += sum of running, ..., weighted[c] += integral of c
+
+Adding a metric means one field of ``StepTotals`` and one of ``Span``, and one line of ``add``;
+both paths then account it (the fast path has to supply its integral over a span, which the
+differential tests check against the reference's sum of rounds).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pagedkv.engine.metrics import StepTotals
+from pagedkv.memory.usage import MemoryUsage
+
+
+class Span(NamedTuple):
+    """What ``rounds`` busy rounds of total duration ``time`` add to the totals: the sums of
+    running and batched sequences over them, the most running at once, and the time integrals
+    of the five memory categories (``CATEGORIES`` order), of the blocks saved by sharing and of
+    the allocator's rounding."""
+
+    rounds: int
+    time: float
+    running: int
+    batched: int
+    max_running: int
+    weighted: tuple[float, float, float, float, float]
+    saved: float
+    rounding: float = 0.0
+
+    @classmethod
+    def of_round(
+        cls,
+        duration: float,
+        usage: MemoryUsage,
+        num_running: int,
+        num_batched: int,
+        saved_blocks: int,
+    ) -> Span:
+        """One round of ``duration`` with the memory ``usage`` throughout it."""
+        slots = (
+            usage.token_states,
+            usage.reservation,
+            usage.internal_fragmentation,
+            usage.external_fragmentation,
+            usage.free,
+        )
+        return cls.of_slots(
+            duration, slots, num_running, num_batched, saved_blocks, usage.allocator_rounding
+        )
+
+    @classmethod
+    def of_slots(
+        cls,
+        duration: float,
+        slots: tuple[int, int, int, int, int],
+        num_running: int,
+        num_batched: int,
+        saved_blocks: int,
+        rounding: int = 0,
+    ) -> Span:
+        """``of_round`` with the memory as each category's slots (``memory.usage.categories``)."""
+        a, b, c, d, e = slots
+        weighted = (duration * a, duration * b, duration * c, duration * d, duration * e)
+        return _new(
+            cls,
+            (
+                1,
+                duration,
+                num_running,
+                num_batched,
+                num_running,
+                weighted,
+                duration * saved_blocks,
+                duration * rounding,
+            ),
+        )
+
+
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (one span per round)
+
+
+def level_integrals(
+    capacity: int, time: float, tokens: float, allocated: float, internal: float, waiting: bool
+) -> tuple[float, float, float, float, float]:
+    """The five categories' integrals over a span (``CATEGORIES`` order) from those of token
+    states, allocated slots and internal fragmentation: reservation is what allocated holds
+    beyond the other two, and unallocated slots are external fragmentation while a request
+    waits for memory (throughout the span), free otherwise."""
+    unallocated = capacity * time - allocated
+    reservation = allocated - tokens - internal
+    if waiting:
+        return tokens, reservation, internal, unallocated, 0.0
+    return tokens, reservation, internal, 0.0, unallocated
+
+
+class Ledger:
+    """The run's clock (``now``) and its ``StepTotals``; the only code that writes either."""
+
+    __slots__ = ("now", "totals")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.totals = StepTotals()
+
+    def advance(self, duration: float) -> None:
+        """The clock moves over busy rounds of ``duration`` in total."""
+        self.now += duration
+
+    def wait_until(self, time: float) -> None:
+        """Idle until ``time`` (an arrival), if it is later than now."""
+        if time > self.now:
+            self.now = time
+
+    def add(self, span: Span) -> None:
+        """Account ``span`` (the clock is ``advance``'s: a caller may account a span's rounds
+        before or after running them)."""
+        t = self.totals
+        t.iterations += span.rounds
+        t.busy_time += span.time
+        if span.max_running > t.max_running:
+            t.max_running = span.max_running
+        t.sum_running += span.running
+        t.sum_batched_seqs += span.batched
+        weighted = t.weighted
+        a, b, c, d, e = span.weighted
+        weighted["token_states"] += a
+        weighted["reservation"] += b
+        weighted["internal_fragmentation"] += c
+        weighted["external_fragmentation"] += d
+        weighted["free"] += e
+        t.weighted_saved_blocks += span.saved
+        t.weighted_rounding += span.rounding
+
+    def preempted(self, preemptions: int, swap_outs: int, swapped_blocks: int) -> None:
+        """A round preempted ``preemptions`` requests, ``swap_outs`` of them to the CPU, and
+        swapped ``swapped_blocks`` blocks out."""
+        t = self.totals
+        t.preemptions += preemptions
+        t.swap_outs += swap_outs
+        t.swapped_blocks += swapped_blocks

@@ -1,0 +1,97 @@
+"""The ledger: a span of k rounds accounts what its k rounds would, one at a time."""
+
+from __future__ import annotations
+
+import math
+
+import hypothesis.strategies as st
+from hypothesis import given
+
+from pagedkv.engine.ledger import Ledger, Span, level_integrals
+from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.memory.usage import MemoryUsage
+
+
+@st.composite
+def rounds(draw: st.DrawFn) -> list[tuple[float, MemoryUsage, int, int, int]]:
+    capacity = draw(st.integers(1, 4000))
+    out = []
+    for _ in range(draw(st.integers(1, 20))):
+        tokens = draw(st.integers(0, capacity))
+        internal = draw(st.integers(0, capacity - tokens))
+        reservation = draw(st.integers(0, capacity - tokens - internal))
+        waiting = draw(st.booleans())
+        usage = MemoryUsage.from_books(capacity, tokens, reservation, internal, waiting)
+        duration = draw(st.floats(0.0, 10.0))
+        running = draw(st.integers(0, 64))
+        out.append(
+            (duration, usage, running, draw(st.integers(0, running)), draw(st.integers(0, 9)))
+        )
+    return out
+
+
+@given(rounds(), st.booleans())
+def test_one_span_of_integrated_levels_equals_its_rounds(
+    steps: list[tuple[float, MemoryUsage, int, int, int]], waiting: bool
+) -> None:
+    """Rounds one by one against one span whose integrals are the levels' sums (what the fast
+    path supplies): the same totals, floats to rounding."""
+    one_by_one = Ledger()
+    for duration, usage, running, batched, saved in steps:
+        one_by_one.add(Span.of_round(duration, usage, running, batched, saved))
+        one_by_one.advance(duration)
+    capacity = steps[0][1].capacity
+    time = sum(d for d, *_ in steps)
+    tokens = sum(d * u.token_states for d, u, *_ in steps)
+    alloc = sum(d * u.allocated for d, u, *_ in steps)
+    internal = sum(d * u.internal_fragmentation for d, u, *_ in steps)
+    weighted = level_integrals(capacity, time, tokens, alloc, internal, waiting)
+    span = Span(
+        len(steps),
+        time,
+        sum(s[2] for s in steps),
+        sum(s[3] for s in steps),
+        max(s[2] for s in steps),
+        weighted,
+        sum(d * s for d, *_, s in steps),
+    )
+    whole = Ledger()
+    whole.add(span)
+    whole.advance(time)
+    a, b = one_by_one.totals, whole.totals
+    assert (a.iterations, a.max_running, a.sum_running, a.sum_batched_seqs) == (
+        b.iterations,
+        b.max_running,
+        b.sum_running,
+        b.sum_batched_seqs,
+    )
+    scale = capacity * max(time, 1.0)
+    assert math.isclose(one_by_one.now, whole.now, rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(a.weighted_saved_blocks, b.weighted_saved_blocks, abs_tol=1e-9 * scale)
+    for name in ("token_states", "internal_fragmentation"):
+        assert math.isclose(a.weighted[name], b.weighted[name], abs_tol=1e-9 * scale)
+    # The span splits the unallocated slots by its one ``waiting``: their sum is the rounds'.
+    free = {n: a.weighted[n] for n in ("external_fragmentation", "free")}
+    assert math.isclose(
+        sum(free.values()), b.weighted[CATEGORIES[3 if waiting else 4]], abs_tol=1e-9 * scale
+    )
+    assert math.isclose(sum(a.weighted.values()), capacity * time, abs_tol=1e-9 * scale)
+    assert math.isclose(sum(b.weighted.values()), capacity * time, abs_tol=1e-9 * scale)
+
+
+def test_the_clock_waits_only_forward() -> None:
+    ledger = Ledger()
+    ledger.advance(2.0)
+    ledger.wait_until(1.0)
+    assert ledger.now == 2.0
+    ledger.wait_until(3.5)
+    assert ledger.now == 3.5
+    assert ledger.totals.busy_time == 0.0  # waiting is idle time, not a span
+
+
+def test_preemptions_are_counted() -> None:
+    ledger = Ledger()
+    ledger.preempted(3, 1, 7)
+    ledger.preempted(1, 1, 2)
+    t = ledger.totals
+    assert (t.preemptions, t.swap_outs, t.swapped_blocks) == (4, 2, 9)
