@@ -27,10 +27,10 @@ Three implementations, same signature and same result:
   (causality and padding), GQA by folding each kv head's group of query heads into the query
   axis (K/V are never repeated), and one ``scaled_dot_product_attention`` call in the input
   dtype. Any device, any dtype, any mix of prefill and decode; but it copies K/V on every call.
-* ``paged_attention``: what callers use. A decode batch (every ``query_len == 1``) on the CPU in
-  float32 or bfloat16 goes to the compiled kernel of ``fast_attention`` (reads K/V in place, one
-  pass, online softmax, float32 accumulation); everything else, or a machine where the kernel
-  cannot be built, goes to ``paged_attention_gather``.
+* ``paged_attention``: what callers use. A batch on the CPU in float32 or bfloat16, any mix of
+  decode, prefill and chunked prefill, goes to the compiled kernel of ``fast_attention`` (reads
+  K/V in place, one pass, online softmax, float32 accumulation, no K/V-sized copy); everything
+  else, or a machine where the kernel cannot be built, goes to ``paged_attention_gather``.
 
 ``sliding_window = w`` (Mistral) limits each query to the latest ``w`` keys, itself included
 (key position > query position - w, as transformers' sliding-window mask). The kernel has no
@@ -110,9 +110,9 @@ def _check_batch(
             raise ValueError(
                 f"block_tables: expected a 2-D tensor, got shape {list(block_tables.shape)}"
             )
-        rows: list[list[int]] = [[int(b) for b in row] for row in block_tables.tolist()]
+        rows: list[list[int]] = [list(map(int, row)) for row in block_tables.tolist()]
     else:
-        rows = [[int(b) for b in row] for row in block_tables]
+        rows = [list(map(int, row)) for row in block_tables]
     ctx = _int_list("context_lens", context_lens)
     qlens = _int_list("query_lens", query_lens)
     if not len(rows) == len(ctx) == len(qlens):
@@ -134,13 +134,14 @@ def _check_batch(
                 f"block_tables: block_tables[{i}] has {len(row)} blocks; context_lens[{i}] = {c} "
                 f"needs {needed} blocks of {block_size}"
             )
-        for b in row[:needed]:
-            if not 0 <= b < num_blocks:
-                raise ValueError(
-                    f"block_tables: block_tables[{i}] holds block {b}, out of range for "
-                    f"{num_blocks} blocks"
-                )
-        tables.append(row[:needed])
+        prefix = row[:needed]
+        if prefix and (min(prefix) < 0 or max(prefix) >= num_blocks):  # C-speed scans
+            b = next(b for b in prefix if not 0 <= b < num_blocks)
+            raise ValueError(
+                f"block_tables: block_tables[{i}] holds block {b}, out of range for "
+                f"{num_blocks} blocks"
+            )
+        tables.append(prefix)
     if sum(qlens) != num_tokens:
         raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {sum(qlens)}")
     if scale is None:
@@ -206,16 +207,15 @@ def paged_attention(
     """Paged attention, the fast path where it applies (see the module docstring for the shapes
     and the tolerance against the reference).
 
-    A decode batch (every ``query_len == 1``) on the CPU in float32 or bfloat16 runs the compiled
-    kernel of ``fast_attention`` (no K/V copy); anything else runs ``paged_attention_gather``.
+    A batch on the CPU in float32 or bfloat16 (decodes, prefills and chunks alike) runs the
+    compiled kernel of ``fast_attention`` (no K/V copy); anything else, and a sliding window
+    shorter than a context, runs ``paged_attention_gather``.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
     window = ctx_window(sliding_window)
-    if window >= max(batch.context_lens, default=0) and fast_attention.applies(
-        q, cache_k, cache_v, batch.query_lens
-    ):
-        return fast_attention.decode_attention(
-            q, cache_k, cache_v, batch.tables, batch.context_lens, batch.scale
+    if window >= max(batch.context_lens, default=0) and fast_attention.applies(q, cache_k, cache_v):
+        return fast_attention.attention(
+            q, cache_k, cache_v, batch.tables, batch.context_lens, batch.query_lens, batch.scale
         )
     return _gather_attention(q, cache_k, cache_v, batch, window)
 
