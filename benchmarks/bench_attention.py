@@ -21,7 +21,8 @@ machines.
 Then mixed batches (``--mixed``, on by default): one sequence's prefill chunk of ``--chunk``
 tokens among ``MIXED_BATCH - 1`` decodes, all at the longest context, through the kernel and
 through the torch gather path (which copies every needed block on each call, and pads every
-sequence's queries to the chunk), with the size of that copy.
+sequence's queries to the chunk), with the size of that copy. Last, the per-call cost of small
+decode calls: ``paged_attention`` against the bare kernel call, the difference being Python's.
 """
 
 from __future__ import annotations
@@ -221,6 +222,48 @@ def render_mixed(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def measure_overhead(batch: int, context: int, calls: int = 2000) -> dict[str, Any]:
+    """The per-call cost of ``paged_attention`` on a small decode batch (8 heads x 64, two kv
+    heads, float32, one thread) against the bare kernel call (ctypes, arguments prepared once):
+    the difference is the Python side (validation, the int32 arrays, the output)."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    per_seq = -(-context // BLOCK_SIZE)
+    k = torch.randn(batch * per_seq, BLOCK_SIZE, 2, 64, generator=g)
+    v = torch.randn(k.shape, generator=g)
+    q = torch.randn(batch, 8, 64, generator=g)
+    tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(batch)]
+    lens, qlens = [context] * batch, [1] * batch
+    lib = fast_attention.kernel()
+    assert lib is not None
+    out = torch.empty_like(q)
+    flat = torch.tensor(tables, dtype=torch.int32).flatten()
+    table_starts = torch.arange(batch + 1, dtype=torch.int32) * per_seq
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    starts = torch.arange(batch + 1, dtype=torch.int32)
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), flat.data_ptr(),
+            table_starts.data_ptr(), ctx.data_ptr(), starts.data_ptr(), batch, k.shape[0], 2, 4,
+            64, BLOCK_SIZE, 0.125, 2, 1)  # fmt: skip
+
+    def call() -> object:
+        return paged_attention(q, k, v, tables, lens, qlens)
+
+    def bare() -> object:
+        return lib.pagedkv_attention_f32(*args)
+
+    for fn in (call, bare):
+        fn()
+    rounds = timed_rounds({"call": call, "bare": bare}, calls)
+    call_s, bare_s = statistics.median(rounds["call"]), statistics.median(rounds["bare"])
+    return {
+        "batch": batch,
+        "context": context,
+        "call_us": call_s * 1e6,
+        "kernel_us": bare_s * 1e6,
+        "overhead_us": (call_s - bare_s) * 1e6,
+    }
+
+
 def is_target(row: dict[str, Any]) -> bool:
     return all(row[key] == value for key, value in TARGET.items())
 
@@ -291,7 +334,7 @@ def main() -> None:
     threads = args.threads or sorted({1, all_threads()})
     if args.repeats < 1 or any(c % BLOCK_SIZE for c in args.contexts):
         parser.error(f"--repeats must be >= 1 and contexts multiples of {BLOCK_SIZE}")
-    if not 1 <= args.chunk <= max(args.contexts):
+    if args.mixed and not 1 <= args.chunk <= max(args.contexts):
         parser.error(f"--chunk must lie in [1, {max(args.contexts)}] (the longest context)")
     if fast_attention.kernel() is None:
         parser.error("the fast attention kernel could not be built (see the warning above)")
@@ -328,6 +371,13 @@ def main() -> None:
                 )
             )  # fmt: skip
         console.print(render_mixed(mixed_rows))
+    overheads = [measure_overhead(b, c) for b, c in ((1, 16), (8, 256), (32, 512))]
+    for o in overheads:
+        console.print(
+            f"per call, batch {o['batch']}, context {o['context']}: paged_attention "
+            f"{o['call_us']:.1f} us, the bare kernel {o['kernel_us']:.1f} us: "
+            f"{o['overhead_us']:.1f} us of Python (target < 50)"
+        )
     meta = {
         "torch": torch.__version__,
         "machine": platform.machine(),
@@ -339,7 +389,9 @@ def main() -> None:
         "repeats": args.repeats,
         "seed": args.seed,
     }
-    path = atomic_write_json(args.out, {"meta": meta, "rows": rows, "mixed": mixed_rows})
+    path = atomic_write_json(
+        args.out, {"meta": meta, "rows": rows, "mixed": mixed_rows, "overhead": overheads}
+    )
     console.print(f"wrote {path}")
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import math
 import os
 import warnings
@@ -37,14 +38,14 @@ from pagedkv.tensors import _build
 
 DTYPES = (torch.float32, torch.bfloat16)
 _SYMBOL = {torch.float32: "pagedkv_attention_f32", torch.bfloat16: "pagedkv_attention_bf16"}
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 _ARGTYPES = [
     ctypes.c_void_p,  # q [num_tokens, heads, head_dim]
     ctypes.c_void_p,  # cache_k [num_blocks, block_size, kv_heads, head_dim]
     ctypes.c_void_p,  # cache_v
     ctypes.c_void_p,  # out, like q
-    ctypes.c_void_p,  # block tables, int32 [batch, table_stride]
-    ctypes.c_int64,  # table_stride
+    ctypes.c_void_p,  # block tables, int32, concatenated
+    ctypes.c_void_p,  # where each sequence's table starts, int32 [batch + 1]
     ctypes.c_void_p,  # context lengths, int32 [batch]
     ctypes.c_void_p,  # query offsets, int32 [batch + 1]
     ctypes.c_int64,  # batch
@@ -160,19 +161,11 @@ def attention(
     batch = len(tables)
     if not len(context_lens) == len(query_lens) == batch or batch == 0:
         raise ValueError(f"tables/context_lens/query_lens: need {batch} (>= 1) of each")
-    starts = array("i", [0])
-    total = 0
-    for n in query_lens:
-        total += n
-        starts.append(total)
-    if total != num_tokens:
-        raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {total}")
-    width = max(map(len, tables))
-    flat = array("i")
-    for row in tables:
-        flat.extend(row)
-        if len(row) < width:
-            flat.extend([0] * (width - len(row)))
+    starts = array("i", itertools.accumulate(query_lens, initial=0))
+    if starts[-1] != num_tokens:
+        raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {starts[-1]}")
+    flat = array("i", itertools.chain.from_iterable(tables))
+    table_starts = array("i", itertools.accumulate(map(len, tables), initial=0))
     lens = array("i", context_lens)
     q = q.contiguous()
     out = torch.empty_like(q)
@@ -183,7 +176,7 @@ def attention(
         cache_v.data_ptr(),
         out.data_ptr(),
         flat.buffer_info()[0],
-        width,
+        table_starts.buffer_info()[0],
         lens.buffer_info()[0],
         starts.buffer_info()[0],
         batch,

@@ -312,25 +312,25 @@ void run_task(const Task& task, const T* q, const T* kc, const T* vc, T* out,
 }
 
 // Checks that keep every read inside the cache and every write inside ``out``; 0 when they pass.
-int check(const int32_t* tables, int64_t table_stride, const int32_t* ctx, const int32_t* q_start,
-          int64_t batch, int64_t block_size, int64_t num_blocks) {
-  if (q_start[0] != 0) return 3;
+int check(const int32_t* tables, const int32_t* t_start, const int32_t* ctx,
+          const int32_t* q_start, int64_t batch, int64_t block_size, int64_t num_blocks) {
+  if (q_start[0] != 0 || t_start[0] != 0) return 3;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t qlen = int64_t{q_start[b + 1]} - q_start[b];
     if (qlen < 0 || qlen > ctx[b] || (qlen > 0 && ctx[b] < 1)) return 3;
     const int64_t needed = (int64_t{ctx[b]} + block_size - 1) / block_size;
-    if (needed > table_stride) return 2;
+    if (t_start[b + 1] < t_start[b] || needed > t_start[b + 1] - t_start[b]) return 2;
     for (int64_t i = 0; i < needed; ++i)
-      if (tables[b * table_stride + i] < 0 || tables[b * table_stride + i] >= num_blocks) return 1;
+      if (tables[t_start[b] + i] < 0 || tables[t_start[b] + i] >= num_blocks) return 1;
   }
   return 0;
 }
 
 template <typename T>
 int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
-           int64_t table_stride, const int32_t* ctx, const int32_t* q_start, int64_t batch,
+           const int32_t* t_start, const int32_t* ctx, const int32_t* q_start, int64_t batch,
            int64_t num_blocks, const Shape& s, float scale, int64_t decode_heads, int nthreads) {
-  if (int err = check(tables, table_stride, ctx, q_start, batch, s.block_size, num_blocks))
+  if (int err = check(tables, t_start, ctx, q_start, batch, s.block_size, num_blocks))
     return err;
   // a prefill tile: up to TILE_ROWS rows, whole GQA groups; as many kv heads as fit
   const int64_t tile_tokens = std::max<int64_t>(1, std::min<int64_t>(CHUNK, TILE_ROWS / s.group));
@@ -359,7 +359,7 @@ int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < ntasks; ++i) {
       const Task& t = tasks[i];
-      run_task(t, q, kc, vc, out, tables + t.seq * table_stride, ctx[t.seq], q_start[t.seq],
+      run_task(t, q, kc, vc, out, tables + t_start[t.seq], ctx[t.seq], q_start[t.seq],
                q_start[t.seq + 1] - q_start[t.seq], s, scale, w);
     }
   }
@@ -370,20 +370,21 @@ int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
 
 extern "C" {
 
-int pagedkv_abi_version() { return 2; }
+int pagedkv_abi_version() { return 3; }
 
 int pagedkv_vector_lanes() { return static_cast<int>(W); }
 
 // q and out [T, heads, d] (the sequences' query tokens concatenated, sequence b's at rows
-// q_start[b] .. q_start[b + 1]); returns 0, or 1 (a block id out of range), 2 (a table shorter
+// q_start[b] .. q_start[b + 1]); the block tables concatenated likewise (sequence b's at
+// tables[t_start[b]] .. tables[t_start[b + 1]]); returns 0, or 1 (a block id out of range), 2 (a table shorter
 // than its context), 3 (inconsistent query offsets or lengths), with nothing written.
 #define PAGEDKV_ENTRY(NAME, T)                                                                  \
   int NAME(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,               \
-           int64_t table_stride, const int32_t* ctx, const int32_t* q_start, int64_t batch,   \
+           const int32_t* t_start, const int32_t* ctx, const int32_t* q_start, int64_t batch, \
            int64_t num_blocks, int64_t kv_heads, int64_t group, int64_t d, int64_t block_size, \
            float scale, int64_t decode_heads, int nthreads) {                                 \
     const Shape s{kv_heads, group, d, block_size};                                            \
-    return attend(q, kc, vc, out, tables, table_stride, ctx, q_start, batch, num_blocks, s,   \
+    return attend(q, kc, vc, out, tables, t_start, ctx, q_start, batch, num_blocks, s,        \
                   scale, decode_heads, nthreads);                                             \
   }
 
