@@ -52,6 +52,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple, TypeAlias
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -67,6 +68,7 @@ class _Batch(NamedTuple):
     query_lens: list[int]
     scale: float
     group: int  # query heads per kv head
+    ids: np.ndarray  # the tables concatenated, integers
 
 
 def _int_list(name: str, values: Lengths) -> list[int]:
@@ -111,9 +113,9 @@ def _check_batch(
             raise ValueError(
                 f"block_tables: expected a 2-D tensor, got shape {list(block_tables.shape)}"
             )
-        rows: list[list[int]] = [list(map(int, row)) for row in block_tables.tolist()]
+        rows: list[list[int]] = block_tables.tolist()
     else:
-        rows = [list(map(int, row)) for row in block_tables]
+        rows = [row if isinstance(row, list) else list(row) for row in block_tables]
     ctx = _int_list("context_lens", context_lens)
     qlens = _int_list("query_lens", query_lens)
     if not len(rows) == len(ctx) == len(qlens):
@@ -123,11 +125,15 @@ def _check_batch(
         )
     needed = [-(-c // block_size) for c in ctx]
     tables = [row[:n] for row, n in zip(rows, needed, strict=True)]
-    flat = list(itertools.chain.from_iterable(tables))
-    valid = (  # the whole batch at C speed; on a failure the loop below names the first culprit
+    ids = np.array(list(itertools.chain.from_iterable(tables)))
+    if ids.size and ids.dtype.kind != "i":  # not all integers: as int() makes them, slowly
+        rows = [list(map(int, row)) for row in rows]
+        tables = [row[:n] for row, n in zip(rows, needed, strict=True)]
+        ids = np.array(list(itertools.chain.from_iterable(tables)), dtype=np.int64)
+    valid = (  # the whole batch at C speed; on a failure _explain names the first culprit
         all(0 <= ql <= c for ql, c in zip(qlens, ctx, strict=True))
         and all(len(t) == n for t, n in zip(tables, needed, strict=True))
-        and (not flat or (min(flat) >= 0 and max(flat) < num_blocks))
+        and (not ids.size or (int(ids.min()) >= 0 and int(ids.max()) < num_blocks))
     )
     if not valid:
         _explain(rows, ctx, qlens, block_size, num_blocks)
@@ -135,7 +141,7 @@ def _check_batch(
         raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {sum(qlens)}")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    return _Batch(tables, ctx, qlens, float(scale), num_heads // num_kv_heads)
+    return _Batch(tables, ctx, qlens, float(scale), num_heads // num_kv_heads, ids)
 
 
 def _explain(
@@ -230,7 +236,14 @@ def paged_attention(
     window = ctx_window(sliding_window)
     if window >= max(batch.context_lens, default=0) and fast_attention.applies(q, cache_k, cache_v):
         return fast_attention.attention(
-            q, cache_k, cache_v, batch.tables, batch.context_lens, batch.query_lens, batch.scale
+            q,
+            cache_k,
+            cache_v,
+            batch.tables,
+            batch.context_lens,
+            batch.query_lens,
+            batch.scale,
+            ids=batch.ids,
         )
     return _gather_attention(q, cache_k, cache_v, batch, window)
 

@@ -32,6 +32,7 @@ import warnings
 from array import array
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from pagedkv.tensors import _build
@@ -139,6 +140,8 @@ def attention(
     context_lens: Sequence[int],
     query_lens: Sequence[int],
     scale: float,
+    *,
+    ids: np.ndarray | None = None,
 ) -> torch.Tensor:
     """Paged attention through the kernel: ``q`` is ``[sum(query_lens), heads, head_dim]``, the
     sequences' new tokens concatenated (each at the end of its context, causal), ``tables[i]``
@@ -146,7 +149,8 @@ def attention(
     use ``attention.paged_attention``, which validates everything first (with messages naming
     each argument) and checks ``applies``; the checks here (and the kernel's own, before it
     reads anything) are the few that keep the kernel's raw reads inside the cache and its
-    writes inside the output whatever it is given."""
+    writes inside the output whatever it is given. ``ids``, the tables concatenated as an
+    integer array, saves converting them again when the caller has it."""
     lib = kernel()
     if lib is None:
         raise RuntimeError("the fast attention kernel is unavailable; check applies() first")
@@ -164,7 +168,11 @@ def attention(
     starts = array("i", itertools.accumulate(query_lens, initial=0))
     if starts[-1] != num_tokens:
         raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {starts[-1]}")
-    flat = array("i", itertools.chain.from_iterable(tables))
+    if ids is None:
+        ids = np.array(list(itertools.chain.from_iterable(tables)), dtype=np.int64)
+    if ids.size and not (int(ids.min()) >= 0 and int(ids.max()) < num_blocks):
+        raise ValueError(_ERRORS[1])  # here, before the narrowing to int32 could wrap one
+    flat = np.ascontiguousarray(ids, dtype=np.int32)
     table_starts = array("i", itertools.accumulate(map(len, tables), initial=0))
     lens = array("i", context_lens)
     q = q.contiguous()
@@ -175,7 +183,7 @@ def attention(
         cache_k.data_ptr(),
         cache_v.data_ptr(),
         out.data_ptr(),
-        flat.buffer_info()[0],
+        flat.ctypes.data,
         table_starts.buffer_info()[0],
         lens.buffer_info()[0],
         starts.buffer_info()[0],
