@@ -1,7 +1,7 @@
 """The compiled kernel (``fast_attention``): equal to dense SDPA, to the torch gather path and to
-the reference on decode, prefill, chunked and mixed batches; chosen by ``paged_attention``
-exactly when it applies; replaced by the torch path when it cannot be built; equal again when
-built without AVX-512; and free of K/V-sized allocations."""
+the reference on decode, prefill, chunked and mixed batches, with or without a sliding window;
+chosen by ``paged_attention`` exactly when it applies; replaced by the torch path when it cannot
+be built; equal again when built without AVX-512; and free of K/V-sized allocations."""
 
 from __future__ import annotations
 
@@ -158,11 +158,22 @@ def test_float64_takes_the_torch_path(spy: list[int]) -> None:
     assert spy == []
 
 
-def test_a_window_shorter_than_a_context_takes_the_torch_path(spy: list[int]) -> None:
-    _run(DECODE_BATCH, window=4)  # the result under a window: test_attention_window.py
-    assert spy == []
-    _run(DECODE_BATCH, window=9)  # no context longer than the window: the kernel
+def test_a_windowed_batch_runs_in_the_kernel(spy: list[int]) -> None:
+    out, _ = _run(MIXED_BATCH, window=4)  # the result under a window: the tests below
     assert spy == [1]
+    plain, expected = _run(MIXED_BATCH, window=9)  # no context longer than the window
+    torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(out, plain)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=kernel_batches(), window=st.integers(1, 130))
+def test_a_sliding_window_equals_the_reference_and_the_gather_path(b: Batch, window: int) -> None:
+    q, cache, _ = setup(b)
+    args = (q, cache.k_caches[0], cache.v_caches[0], b.block_tables, b.context_lens, b.query_lens)
+    out = fast_attention.attention(*args, b.head_dim**-0.5, sliding_window=window)
+    check(b, out, q, paged_attention_reference(*args, sliding_window=window))
+    check(b, out, q, paged_attention_gather(*args, sliding_window=window))
 
 
 def test_the_environment_switch_turns_the_kernel_off(
@@ -263,8 +274,10 @@ def test_the_kernel_refuses_what_would_read_outside_the_cache() -> None:
         run(q, k, k, [[-1]], [5], [1], 0.25)
     with pytest.raises(ValueError, match=r"^context_lens: each"):
         run(q, k, k, [[1]], [9], [1], 0.25)
-    with pytest.raises(ValueError, match=r"^query_lens: need"):
+    with pytest.raises(ValueError, match=r"^query_lens/sliding_window: need"):
         run(torch.zeros(6, 4, 16), k, k, [[1]], [5], [6], 0.25)
+    with pytest.raises(ValueError, match=r"^query_lens/sliding_window: need"):
+        run(q, k, k, [[1]], [5], [1], 0.25, sliding_window=0)
     with pytest.raises(ValueError, match=r"^q: has 1 tokens but sum\(query_lens\) = 2"):
         run(q, k, k, [[1]], [5], [2], 0.25)
     with pytest.raises(ValueError, match=r"^cache_k/cache_v: the kernel reads contiguous"):

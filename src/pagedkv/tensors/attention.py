@@ -33,8 +33,8 @@ Three implementations, same signature and same result:
   else, or a machine where the kernel cannot be built, goes to ``paged_attention_gather``.
 
 ``sliding_window = w`` (Mistral) limits each query to the latest ``w`` keys, itself included
-(key position > query position - w, as transformers' sliding-window mask). The kernel has no
-window: a batch whose window is shorter than a context takes the torch path. The memory books
+(key position > query position - w, as transformers' sliding-window mask), in every
+implementation, the kernel's included (it reads only the window's blocks). The memory books
 keep every block of a windowed sequence (the blocks that slid out are not freed early).
 
 Tolerance (tested with Hypothesis against dense ``scaled_dot_product_attention`` on the same K/V,
@@ -229,12 +229,12 @@ def paged_attention(
     and the tolerance against the reference).
 
     A batch on the CPU in float32 or bfloat16 (decodes, prefills and chunks alike) runs the
-    compiled kernel of ``fast_attention`` (no K/V copy); anything else, and a sliding window
-    shorter than a context, runs ``paged_attention_gather``.
+    compiled kernel of ``fast_attention`` (no K/V copy), with or without a sliding window;
+    anything else runs ``paged_attention_gather``.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
     window = ctx_window(sliding_window)
-    if window >= max(batch.context_lens, default=0) and fast_attention.applies(q, cache_k, cache_v):
+    if fast_attention.applies(q, cache_k, cache_v):
         return fast_attention.attention(
             q,
             cache_k,
@@ -243,6 +243,7 @@ def paged_attention(
             batch.context_lens,
             batch.query_lens,
             batch.scale,
+            sliding_window=window,
             ids=batch.ids,
         )
     return _gather_attention(q, cache_k, cache_v, batch, window)

@@ -39,7 +39,7 @@ from pagedkv.tensors import _build
 
 DTYPES = (torch.float32, torch.bfloat16)
 _SYMBOL = {torch.float32: "pagedkv_attention_f32", torch.bfloat16: "pagedkv_attention_bf16"}
-_ABI_VERSION = 3
+_ABI_VERSION = 4
 _ARGTYPES = [
     ctypes.c_void_p,  # q [num_tokens, heads, head_dim]
     ctypes.c_void_p,  # cache_k [num_blocks, block_size, kv_heads, head_dim]
@@ -56,15 +56,17 @@ _ARGTYPES = [
     ctypes.c_int64,  # head_dim
     ctypes.c_int64,  # block_size
     ctypes.c_float,  # scale
+    ctypes.c_int64,  # sliding window (keys p - window < k <= p), >= 1
     ctypes.c_int64,  # kv heads per decode task
     ctypes.c_int,  # threads
 ]
 assert array("i").itemsize == 4, "the kernel takes int32 arrays"
+_NO_WINDOW = 1 << 62  # a window longer than any context
 # the kernel's return codes (nothing is written unless it returns 0)
 _ERRORS = {
     1: "tables: block ids must lie in [0, num_blocks)",
     2: "context_lens: each must be covered by its table's blocks",
-    3: "query_lens: need 0 <= query_len <= context_len for each sequence",
+    3: "query_lens/sliding_window: need 0 <= query_len <= context_len, a window >= 1",
 }
 
 
@@ -141,6 +143,7 @@ def attention(
     query_lens: Sequence[int],
     scale: float,
     *,
+    sliding_window: int | None = None,
     ids: np.ndarray | None = None,
 ) -> torch.Tensor:
     """Paged attention through the kernel: ``q`` is ``[sum(query_lens), heads, head_dim]``, the
@@ -149,7 +152,8 @@ def attention(
     use ``attention.paged_attention``, which validates everything first (with messages naming
     each argument) and checks ``applies``; the checks here (and the kernel's own, before it
     reads anything) are the few that keep the kernel's raw reads inside the cache and its
-    writes inside the output whatever it is given. ``ids``, the tables concatenated as an
+    writes inside the output whatever it is given. ``sliding_window`` limits each query to the
+    latest keys as in ``attention.paged_attention``. ``ids``, the tables concatenated as an
     integer array, saves converting them again when the caller has it."""
     lib = kernel()
     if lib is None:
@@ -194,6 +198,7 @@ def attention(
         head_dim,
         block_size,
         scale,
+        _NO_WINDOW if sliding_window is None else sliding_window,
         heads_per_task(batch, kv_heads, threads),
         threads,
     )

@@ -18,8 +18,9 @@
 //   whatever the target has elsewhere).
 //
 // Causality: query token j of a sequence with context c and q query tokens sits at position
-// c - q + j and sees keys 0..c - q + j. Key 0 is visible to every row, so a row's running max is
-// finite after its first chunk and a fully masked later chunk is skipped for that row.
+// p = c - q + j and sees keys 0..p; with a sliding window w (Mistral), only keys p - w < k <= p.
+// A row skips a chunk holding none of its keys (its softmax state unchanged), and its running
+// max stays -inf until its first visible key: exp(-inf - max) = 0 rescales nothing.
 //
 // The only allocations are per-thread scratch buffers of O(rows_per_task * head_dim) floats and
 // a task list of one entry per (sequence, head run, tile): independent of the context length.
@@ -235,7 +236,7 @@ struct Scratch {
 template <typename T>
 void run_task(const Task& task, const T* q, const T* kc, const T* vc, T* out,
               const int32_t* table, int64_t ctx, int64_t q_first, int64_t qlen, const Shape& s,
-              float scale, Scratch& w) {
+              float scale, int64_t window, Scratch& w) {
   const int64_t d = s.d, g = s.group, nj = task.nj, per_head = nj * g, nrows = task.nh * per_head;
   const int64_t first_pos = ctx - qlen + task.j0;  // the tile's first query position
   for (int64_t hl = 0; hl < task.nh; ++hl)
@@ -248,8 +249,9 @@ void run_task(const Task& task, const T* q, const T* kc, const T* vc, T* out,
   std::fill(w.m.begin(), w.m.begin() + nrows, -INFINITY);
   std::fill(w.l.begin(), w.l.begin() + nrows, 0.0f);
 
-  const int64_t end = first_pos + nj;  // keys [0, end) are visible to some row of the tile
-  for (int64_t start = 0; start < end; start += CHUNK) {
+  // keys [lo, end) are visible to some row of the tile
+  const int64_t end = first_pos + nj, lo = std::max<int64_t>(0, first_pos - window + 1);
+  for (int64_t start = lo; start < end; start += CHUNK) {
     const int64_t n = std::min(CHUNK, end - start);
     // scores[r][t] of the chunk; past its end (the last chunk), repeats of its first key
     const T* krows[CHUNK];
@@ -267,18 +269,21 @@ void run_task(const Task& task, const T* q, const T* kc, const T* vc, T* out,
     // online softmax: each row's state is rescaled once per chunk; invisible keys weigh 0
     for (int64_t r = 0; r < nrows; ++r) {
       const int64_t pos = first_pos + (r % per_head) / g;
+      // the row's keys in the chunk: lanes [first, visible)
+      const int64_t first = std::max<int64_t>(0, pos - window + 1 - start);
       const int64_t visible = std::min(n, pos + 1 - start);
       float* sc = &w.scores[r * CHUNK];
-      if (visible <= 0) {  // no key of the chunk is visible: weights 0, state unchanged
+      if (visible <= first) {  // none of its keys in the chunk: weights 0, state unchanged
         std::fill(sc, sc + CHUNK, 0.0f);
         continue;
       }
       float mx = w.m[r];
-      for (int64_t t = 0; t < visible; ++t) mx = std::max(mx, sc[t]);
-      const float alpha = std::exp(w.m[r] - mx);  // exp(-inf) = 0 on the first chunk
+      for (int64_t t = first; t < visible; ++t) mx = std::max(mx, sc[t]);
+      const float alpha = std::exp(w.m[r] - mx);  // exp(-inf) = 0 before its first key
       float sum = 0.0f;
       for (int64_t t = 0; t < CHUNK; t += W) {
-        const vf e = (iota() + static_cast<int32_t>(t)) < static_cast<int32_t>(visible)
+        const vi lane = iota() + static_cast<int32_t>(t);
+        const vf e = (lane >= static_cast<int32_t>(first)) & (lane < static_cast<int32_t>(visible))
                          ? vexp(vload(sc + t) - mx)
                          : vf{};
         sum += vsum(e);
@@ -329,7 +334,9 @@ int check(const int32_t* tables, const int32_t* t_start, const int32_t* ctx,
 template <typename T>
 int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
            const int32_t* t_start, const int32_t* ctx, const int32_t* q_start, int64_t batch,
-           int64_t num_blocks, const Shape& s, float scale, int64_t decode_heads, int nthreads) {
+           int64_t num_blocks, const Shape& s, float scale, int64_t window, int64_t decode_heads,
+           int nthreads) {
+  if (window < 1) return 3;
   if (int err = check(tables, t_start, ctx, q_start, batch, s.block_size, num_blocks))
     return err;
   // a prefill tile: up to TILE_ROWS rows, whole GQA groups; as many kv heads as fit
@@ -360,7 +367,7 @@ int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
     for (int64_t i = 0; i < ntasks; ++i) {
       const Task& t = tasks[i];
       run_task(t, q, kc, vc, out, tables + t_start[t.seq], ctx[t.seq], q_start[t.seq],
-               q_start[t.seq + 1] - q_start[t.seq], s, scale, w);
+               q_start[t.seq + 1] - q_start[t.seq], s, scale, window, w);
     }
   }
   return 0;
@@ -370,22 +377,23 @@ int attend(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,
 
 extern "C" {
 
-int pagedkv_abi_version() { return 3; }
+int pagedkv_abi_version() { return 4; }
 
 int pagedkv_vector_lanes() { return static_cast<int>(W); }
 
 // q and out [T, heads, d] (the sequences' query tokens concatenated, sequence b's at rows
 // q_start[b] .. q_start[b + 1]); the block tables concatenated likewise (sequence b's at
-// tables[t_start[b]] .. tables[t_start[b + 1]]); returns 0, or 1 (a block id out of range), 2 (a table shorter
-// than its context), 3 (inconsistent query offsets or lengths), with nothing written.
+// tables[t_start[b]] .. tables[t_start[b + 1]]); window >= 1 the sliding window (a value no
+// shorter than every context for none); returns 0, or 1 (a block id out of range), 2 (a table shorter
+// than its context), 3 (inconsistent query offsets or lengths, or a window < 1), with nothing written.
 #define PAGEDKV_ENTRY(NAME, T)                                                                  \
   int NAME(const T* q, const T* kc, const T* vc, T* out, const int32_t* tables,               \
            const int32_t* t_start, const int32_t* ctx, const int32_t* q_start, int64_t batch, \
            int64_t num_blocks, int64_t kv_heads, int64_t group, int64_t d, int64_t block_size, \
-           float scale, int64_t decode_heads, int nthreads) {                                 \
+           float scale, int64_t window, int64_t decode_heads, int nthreads) {                 \
     const Shape s{kv_heads, group, d, block_size};                                            \
     return attend(q, kc, vc, out, tables, t_start, ctx, q_start, batch, num_blocks, s,        \
-                  scale, decode_heads, nthreads);                                             \
+                  scale, window, decode_heads, nthreads);                                     \
   }
 
 PAGEDKV_ENTRY(pagedkv_attention_f32, float)
