@@ -233,9 +233,9 @@ class _NoKernel:
 
 def measure_overhead(batch: int, context: int, calls: int = 2000) -> dict[str, Any]:
     """The per-call cost of ``paged_attention`` on a small decode batch (8 heads x 64, two kv
-    heads, float32, one thread): the whole call, the bare kernel call (ctypes, arguments
-    prepared once), and the Python side alone (the call with the kernel replaced by a no-op:
-    validation, the int32 arrays, the output)."""
+    heads, float32, one thread): the whole call, the bare kernel call (``fast_attention.prepare``:
+    arguments converted once), and the Python side alone (the call with the kernel replaced by
+    a no-op: validation, the int32 arrays, the output)."""
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     per_seq = -(-context // BLOCK_SIZE)
@@ -244,22 +244,10 @@ def measure_overhead(batch: int, context: int, calls: int = 2000) -> dict[str, A
     q = torch.randn(batch, 8, 64, generator=g)
     tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(batch)]
     lens, qlens = [context] * batch, [1] * batch
-    lib = fast_attention.kernel()
-    assert lib is not None
-    out = torch.empty_like(q)
-    flat = torch.tensor(tables, dtype=torch.int32).flatten()
-    table_starts = torch.arange(batch + 1, dtype=torch.int32) * per_seq
-    ctx = torch.tensor(lens, dtype=torch.int32)
-    starts = torch.arange(batch + 1, dtype=torch.int32)
-    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), flat.data_ptr(),
-            table_starts.data_ptr(), ctx.data_ptr(), starts.data_ptr(), batch, k.shape[0], 2, 4,
-            64, BLOCK_SIZE, 0.125, 2, 1)  # fmt: skip
+    bare = fast_attention.prepare(q, k, v, tables, lens, qlens, 0.125)
 
     def call() -> object:
         return paged_attention(q, k, v, tables, lens, qlens)
-
-    def bare() -> object:
-        return lib.pagedkv_attention_f32(*args)
 
     rounds = timed_rounds({"call": call, "bare": bare}, calls)
     real = fast_attention.kernel

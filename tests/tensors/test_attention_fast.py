@@ -116,6 +116,23 @@ def test_a_sequence_without_new_tokens_is_skipped(dtype: torch.dtype) -> None:
     torch.testing.assert_close(out, ref, atol=atol, rtol=rtol)
 
 
+def test_a_prepared_call_reruns_the_kernel_on_the_current_contents() -> None:
+    b = MIXED_BATCH
+    q, cache, expected = setup(b)
+    k, v = cache.k_caches[0], cache.v_caches[0]
+    run = fast_attention.prepare(
+        q, k, v, b.block_tables, b.context_lens, b.query_lens, b.head_dim**-0.5
+    )
+    out = run()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    first = out.clone()
+    q.mul_(2)  # new contents, same tensors: the next call sees them
+    again = run()
+    assert again is out
+    torch.testing.assert_close(again, fast(b, q, k, v), atol=0, rtol=0)
+    assert not torch.equal(again, first)
+
+
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the calls ``paged_attention`` makes to the kernel."""

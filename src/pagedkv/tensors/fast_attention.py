@@ -30,7 +30,7 @@ import math
 import os
 import warnings
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -155,6 +155,27 @@ def attention(
     writes inside the output whatever it is given. ``sliding_window`` limits each query to the
     latest keys as in ``attention.paged_attention``. ``ids``, the tables concatenated as an
     integer array, saves converting them again when the caller has it."""
+    return prepare(
+        q, cache_k, cache_v, tables, context_lens, query_lens, scale,
+        sliding_window=sliding_window, ids=ids,
+    )()  # fmt: skip
+
+
+def prepare(
+    q: torch.Tensor,
+    cache_k: torch.Tensor,
+    cache_v: torch.Tensor,
+    tables: Sequence[Sequence[int]],
+    context_lens: Sequence[int],
+    query_lens: Sequence[int],
+    scale: float,
+    *,
+    sliding_window: int | None = None,
+    ids: np.ndarray | None = None,
+) -> Callable[[], torch.Tensor]:
+    """``attention``'s checks and conversions, done once: the returned function runs the kernel
+    on these tensors' current contents into one output tensor, which it returns (the same
+    tensor on every call). For timing the kernel alone (``benchmarks/bench_attention.py``)."""
     lib = kernel()
     if lib is None:
         raise RuntimeError("the fast attention kernel is unavailable; check applies() first")
@@ -182,7 +203,8 @@ def attention(
     q = q.contiguous()
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
-    code = getattr(lib, _SYMBOL[q.dtype])(
+    fn = getattr(lib, _SYMBOL[q.dtype])
+    args = (
         q.data_ptr(),
         cache_k.data_ptr(),
         cache_v.data_ptr(),
@@ -202,6 +224,13 @@ def attention(
         heads_per_task(batch, kv_heads, threads),
         threads,
     )
-    if code:
-        raise ValueError(_ERRORS.get(code, f"the kernel refused its input (code {code})"))
-    return out
+    keep = (q, cache_k, cache_v, flat, table_starts, lens, starts)  # alive while fn may run
+
+    def run() -> torch.Tensor:
+        code = fn(*args)
+        if code:
+            raise ValueError(_ERRORS.get(code, f"the kernel refused its input (code {code})"))
+        assert keep
+        return out
+
+    return run
