@@ -51,7 +51,7 @@ typedef uint16_t vh __attribute__((vector_size(2 * W)));
 
 constexpr int64_t CHUNK = 16;  // key tokens scored before one softmax rescale
 static_assert(CHUNK % W == 0, "the softmax works on whole vectors");
-constexpr int64_t ROW_STEP = 4;   // query rows sharing one load of a K or V slice
+constexpr int64_t ROW_STEP = 4;   // query rows sharing one load of a V slice
 constexpr int64_t TILE_ROWS = 64;  // query rows of a prefill task (tokens x group x heads)
 
 inline float to_float(float x) { return x; }
