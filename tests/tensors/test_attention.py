@@ -1,5 +1,5 @@
 """Paged attention (reference loop, torch gather path, the dispatching ``paged_attention``)
-equals dense SDPA on the same K/V. The compiled decode kernel: ``test_attention_fast.py``."""
+equals dense SDPA on the same K/V. The compiled kernel: ``test_attention_fast.py``."""
 
 from __future__ import annotations
 
@@ -220,3 +220,7 @@ def test_bad_arguments_raise_value_errors_naming_them(fn: Attention) -> None:
     raises(r"^block_tables: block_tables\[0\] holds block 4", q, ck, ck, [[0, 4]], [5], [3])
     raises(r"^block_tables: expected a 2-D", q, ck, ck, torch.tensor([0, 1]), [5], [3])
     raises(r"^context_lens: expected a 1-D", q, ck, ck, [[0, 1]], torch.tensor([[5]]), [3])
+    # several faults: the first sequence's is named (a valid one before it)
+    two = ([[0, 1], [9], [0]], [5, 3, -1], [2, 1, 0])
+    raises(r"^block_tables: block_tables\[1\] holds block 9", q, ck, ck, *two)
+    raises(r"^block_tables: block_tables\[1\] has 0", q, ck, ck, [[0, 1], []], [5, 3], [2, 1])

@@ -52,6 +52,22 @@ def test_a_verified_build_needs_no_compiler(
 
 
 @needs_compiler
+def test_an_edited_source_gets_its_own_build(
+    build_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the file name carries the source's hash: a stale library of the old source is never loaded
+    lib = _build.build("paged_decode")
+    csrc = tmp_path / "csrc"
+    csrc.mkdir()
+    text = (_build.CSRC / "paged_decode.cpp").read_text()
+    (csrc / "paged_decode.cpp").write_text(text + "\n// an edit\n")
+    monkeypatch.setattr(_build, "CSRC", csrc)
+    edited = _build.build("paged_decode")
+    assert edited != lib
+    assert sorted(build_dir.glob("paged_decode-*.so")) == sorted([lib, edited])
+
+
+@needs_compiler
 @pytest.mark.parametrize("tamper", ["library", "record", "no record"])
 def test_a_tampered_build_is_rebuilt_or_refused_never_loaded(
     build_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: str

@@ -27,14 +27,14 @@ Three implementations, same signature and same result:
   (causality and padding), GQA by folding each kv head's group of query heads into the query
   axis (K/V are never repeated), and one ``scaled_dot_product_attention`` call in the input
   dtype. Any device, any dtype, any mix of prefill and decode; but it copies K/V on every call.
-* ``paged_attention``: what callers use. A decode batch (every ``query_len == 1``) on the CPU in
-  float32 or bfloat16 goes to the compiled kernel of ``fast_attention`` (reads K/V in place, one
-  pass, online softmax, float32 accumulation); everything else, or a machine where the kernel
-  cannot be built, goes to ``paged_attention_gather``.
+* ``paged_attention``: what callers use. A batch on the CPU in float32 or bfloat16, any mix of
+  decode, prefill and chunked prefill, goes to the compiled kernel of ``fast_attention`` (reads
+  K/V in place, one pass, online softmax, float32 accumulation, no K/V-sized copy); everything
+  else, or a machine where the kernel cannot be built, goes to ``paged_attention_gather``.
 
 ``sliding_window = w`` (Mistral) limits each query to the latest ``w`` keys, itself included
-(key position > query position - w, as transformers' sliding-window mask). The kernel has no
-window: a batch whose window is shorter than a context takes the torch path. The memory books
+(key position > query position - w, as transformers' sliding-window mask), in every
+implementation, the kernel's included (it reads only the window's blocks). The memory books
 keep every block of a windowed sequence (the blocks that slid out are not freed early).
 
 Tolerance (tested with Hypothesis against dense ``scaled_dot_product_attention`` on the same K/V,
@@ -47,10 +47,12 @@ places). Observed worst cases over 300 random batches: float32 2e-7, float64 4e-
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple, TypeAlias
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -66,6 +68,7 @@ class _Batch(NamedTuple):
     query_lens: list[int]
     scale: float
     group: int  # query heads per kv head
+    ids: np.ndarray  # the tables concatenated, integers
 
 
 def _int_list(name: str, values: Lengths) -> list[int]:
@@ -110,9 +113,9 @@ def _check_batch(
             raise ValueError(
                 f"block_tables: expected a 2-D tensor, got shape {list(block_tables.shape)}"
             )
-        rows: list[list[int]] = [[int(b) for b in row] for row in block_tables.tolist()]
+        rows: list[list[int]] = block_tables.tolist()
     else:
-        rows = [[int(b) for b in row] for row in block_tables]
+        rows = [row if isinstance(row, list) else list(row) for row in block_tables]
     ctx = _int_list("context_lens", context_lens)
     qlens = _int_list("query_lens", query_lens)
     if not len(rows) == len(ctx) == len(qlens):
@@ -120,7 +123,31 @@ def _check_batch(
             f"block_tables/context_lens/query_lens: one entry per sequence each, got "
             f"{len(rows)}, {len(ctx)}, {len(qlens)}"
         )
-    tables: list[list[int]] = []
+    needed = [-(-c // block_size) for c in ctx]
+    tables = [row[:n] for row, n in zip(rows, needed, strict=True)]
+    ids = np.array(list(itertools.chain.from_iterable(tables)))
+    if ids.size and ids.dtype.kind != "i":  # not all integers: as int() makes them, slowly
+        rows = [list(map(int, row)) for row in rows]
+        tables = [row[:n] for row, n in zip(rows, needed, strict=True)]
+        ids = np.array(list(itertools.chain.from_iterable(tables)), dtype=np.int64)
+    valid = (  # the whole batch at C speed; on a failure _explain names the first culprit
+        all(0 <= ql <= c for ql, c in zip(qlens, ctx, strict=True))
+        and all(len(t) == n for t, n in zip(tables, needed, strict=True))
+        and (not ids.size or (int(ids.min()) >= 0 and int(ids.max()) < num_blocks))
+    )
+    if not valid:
+        _explain(rows, ctx, qlens, block_size, num_blocks)
+    if sum(qlens) != num_tokens:
+        raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {sum(qlens)}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    return _Batch(tables, ctx, qlens, float(scale), num_heads // num_kv_heads, ids)
+
+
+def _explain(
+    rows: list[list[int]], ctx: list[int], qlens: list[int], block_size: int, num_blocks: int
+) -> None:
+    """Raise the error of the first invalid sequence of a batch known to hold one."""
     for i, (row, c, ql) in enumerate(zip(rows, ctx, qlens, strict=True)):
         if c < 0:
             raise ValueError(f"context_lens: context_lens[{i}] = {c} is negative")
@@ -140,12 +167,7 @@ def _check_batch(
                     f"block_tables: block_tables[{i}] holds block {b}, out of range for "
                     f"{num_blocks} blocks"
                 )
-        tables.append(row[:needed])
-    if sum(qlens) != num_tokens:
-        raise ValueError(f"q: has {num_tokens} tokens but sum(query_lens) = {sum(qlens)}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    return _Batch(tables, ctx, qlens, float(scale), num_heads // num_kv_heads)
+    raise AssertionError("_explain found nothing wrong")  # pragma: no cover
 
 
 def paged_attention_reference(
@@ -206,16 +228,23 @@ def paged_attention(
     """Paged attention, the fast path where it applies (see the module docstring for the shapes
     and the tolerance against the reference).
 
-    A decode batch (every ``query_len == 1``) on the CPU in float32 or bfloat16 runs the compiled
-    kernel of ``fast_attention`` (no K/V copy); anything else runs ``paged_attention_gather``.
+    A batch on the CPU in float32 or bfloat16 (decodes, prefills and chunks alike) runs the
+    compiled kernel of ``fast_attention`` (no K/V copy), with or without a sliding window;
+    anything else runs ``paged_attention_gather``.
     """
     batch = _check_batch(q, cache_k, cache_v, block_tables, context_lens, query_lens, scale)
     window = ctx_window(sliding_window)
-    if window >= max(batch.context_lens, default=0) and fast_attention.applies(
-        q, cache_k, cache_v, batch.query_lens
-    ):
-        return fast_attention.decode_attention(
-            q, cache_k, cache_v, batch.tables, batch.context_lens, batch.scale
+    if fast_attention.applies(q, cache_k, cache_v):
+        return fast_attention.attention(
+            q,
+            cache_k,
+            cache_v,
+            batch.tables,
+            batch.context_lens,
+            batch.query_lens,
+            batch.scale,
+            sliding_window=window,
+            ids=batch.ids,
         )
     return _gather_attention(q, cache_k, cache_v, batch, window)
 
