@@ -155,7 +155,7 @@ def cases(requests: int, rate: float, repeat: int, path: str | None) -> None:
             f"{row['imports_mib']:,.0f}",
             ", ".join(f"{s:.1f}" for s in row["runs_s"]),
         )
-    Console().print(table)
+    Console(width=120).print(table)
     if path:
         atomic_write_json(path, {"requests": requests, "rate": rate, "cases": rows})
 

@@ -162,7 +162,7 @@ def sharing_workloads(draw: st.DrawFn) -> list[RequestSpec]:
             base = out[parent]
             assert base.token_ids is not None
             assert base.output_token_ids is not None
-            prefix = base.token_ids + base.output_token_ids
+            prefix = tuple(base.token_ids) + tuple(base.output_token_ids)
         prompt = (prefix + own)[:150]
         output = draw(st.integers(1, 60))
         out.append(
