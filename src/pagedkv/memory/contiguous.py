@@ -123,7 +123,8 @@ class ContiguousAllocator:
 
     def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
         """``room`` of each sequence."""
-        return [self.room(s) for s in seq_ids]
+        top, get = self.config.max_model_len, self._get
+        return [min(r.held, top) - r.tokens for r in map(get, seq_ids)]
 
     def region(self, seq_id: SeqId) -> tuple[int, int]:
         """(start, slots actually held) of the sequence's region, e.g. to draw a block map."""
