@@ -96,3 +96,23 @@ def test_refusals() -> None:
     assert spec.token_ids == (0, 1, 2)
     with pytest.raises(ValueError, match="step 1"):
         TokenRuns([range(4)])[::2]
+
+
+@given(
+    st.lists(
+        st.one_of(st.integers(-(2**64), 2**64), st.booleans(), st.floats(), st.text(max_size=1)),
+        max_size=3,
+    )
+)
+def test_the_id_check_refuses_exactly_what_the_keys_cannot_encode(ids: list[object]) -> None:
+    try:
+        struct.pack(f"<{len(ids)}q", *ids)
+        encodable = True
+    except (struct.error, TypeError):
+        encodable = False
+    try:
+        check_token_ids("token_ids", ids)  # type: ignore[arg-type]
+        accepted = True
+    except ConfigError:
+        accepted = False
+    assert accepted == encodable

@@ -46,6 +46,10 @@ def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
             bad = bounds[0] if bounds[0] < INT64_MIN else bounds[1]
             raise ConfigError(field, bad, f"token ids must be {INT64}")
         return
+    if len(token_ids) == 1:  # a decode round's one id (the usual call): no packing needed
+        t = token_ids[0]
+        if type(t) is int and INT64_MIN <= t <= INT64_MAX:
+            return
     try:
         struct.pack(f"<{len(token_ids)}q", *token_ids)
     except (struct.error, TypeError):
