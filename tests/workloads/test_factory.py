@@ -268,34 +268,3 @@ def test_config_errors_name_the_field(kwargs: dict[str, Any], field: str) -> Non
         WorkloadConfig(**kwargs)
     assert info.value.field == field
     assert str(info.value).startswith(f"{field}: got ")
-
-
-@pytest.mark.parametrize(
-    "config",
-    [
-        {"kind": "sharegpt-like", "num_requests": 40, "arrival": "poisson", "request_rate": 2.0},
-        {
-            "kind": "uniform",
-            "num_requests": 40,
-            "min_prompt_len": 1,
-            "max_prompt_len": 9,
-            "min_output_len": 1,
-            "max_output_len": 9,
-        },
-        {"kind": "shared-prefix", "prefix_len": 8, "num_requests": 40},
-        {"kind": "chat", "num_sessions": 4, "chat_turns": 3},
-    ],
-)
-def test_each_request_is_made_and_checked_once(
-    config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    made = []
-    check = RequestSpec.__post_init__
-
-    def counted(self: RequestSpec) -> None:
-        made.append(self.request_id)
-        check(self)
-
-    monkeypatch.setattr(RequestSpec, "__post_init__", counted)
-    specs = make_workload(WorkloadConfig(**config))
-    assert sorted(made) == [r.request_id for r in specs]

@@ -93,24 +93,21 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
         return chat_workload(config)
     if config.kind in (WorkloadKind.SHARED_PREFIX, WorkloadKind.TRANSLATION):
         return shared_prefix_workload(config)
-    prompts, outputs, base = _base_lengths(config)
-    n = len(prompts)
+    base = _base_requests(config)
     if config.arrival is None:
-        times = [0.0] * n if base is None else [float(r.arrival_time) for r in base]
+        times = [float(r.arrival_time) for r in base]
     else:
         times = arrival_times(
-            n,
+            len(base),
             config.arrival,
             rng=child_rng(config.seed, Stream.ARRIVALS),
             rate=config.request_rate,
             cv=config.burstiness_cv,
         )
-    prompts, outputs = cap_lengths(prompts, outputs, config.max_model_len)
-    order = sorted(range(n), key=times.__getitem__)  # sorted() is stable
-    if base is None:  # (each request is made, and so checked, once)
-        return [
-            RequestSpec(new_id, prompts[i], outputs[i], times[i]) for new_id, i in enumerate(order)
-        ]
+    prompts, outputs = cap_lengths(
+        [r.prompt_len for r in base], [r.output_len for r in base], config.max_model_len
+    )
+    order = sorted(range(len(base)), key=times.__getitem__)  # sorted() is stable
     requests = [
         RequestSpec(
             new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority
@@ -123,37 +120,27 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
     return requests
 
 
-def _base_lengths(
-    config: WorkloadConfig,
-) -> tuple[list[int], list[int], list[RequestSpec] | None]:
-    """The kind's prompt and output lengths before re-timing, capping and renumbering, and
-    its requests where it has more to them than lengths (the lesson's, a trace's): a
-    synthetic kind's lengths come straight from its model, with no request made to be
-    remade."""
-    if config.kind in (WorkloadKind.LESSON, WorkloadKind.TRACE):
-        base = _base_requests(config)
-        return [r.prompt_len for r in base], [r.output_len for r in base], base
-    n = config.num_requests
-    prompts, outputs = length_model(config).sample(
-        DEFAULT_NUM_REQUESTS if n is None else n, config.seed
-    )
-    return prompts, outputs, None
-
-
 def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
-    """The lesson's or a trace's requests before re-timing, capping and renumbering."""
+    """The kind's requests before re-timing, capping and renumbering."""
     n = config.num_requests
     if config.kind is WorkloadKind.LESSON:
         return lesson_workload(LESSON.num_requests if n is None else n)
-    path = Path(str(config.trace_path))
-    if path.suffix == ".json":
-        return import_sharegpt(
-            path, max_model_len=config.max_model_len, seed=config.seed, num_requests=n
-        )
-    requests = read_trace(path)
-    if n is not None and n > len(requests):
-        raise ConfigError("num_requests", n, f"must be <= the {len(requests)} requests of {path}")
-    return requests[:n]
+    if config.kind is WorkloadKind.TRACE:
+        path = Path(str(config.trace_path))
+        if path.suffix == ".json":
+            return import_sharegpt(
+                path, max_model_len=config.max_model_len, seed=config.seed, num_requests=n
+            )
+        requests = read_trace(path)
+        if n is not None and n > len(requests):
+            raise ConfigError(
+                "num_requests", n, f"must be <= the {len(requests)} requests of {path}"
+            )
+        return requests[:n]
+    prompts, outputs = length_model(config).sample(
+        DEFAULT_NUM_REQUESTS if n is None else n, config.seed
+    )
+    return [RequestSpec(i, p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
 
 
 def as_requests(requests: list[RequestSpec], width: int) -> list[RequestSpec]:
