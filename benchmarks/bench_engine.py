@@ -1,6 +1,8 @@
 """Simulator speed: a large ShareGPT-like Poisson run, and fast-forward against --reference.
 
     python benchmarks/bench_engine.py [--requests 100000] [--slice 2000] [--rate 1.5] [--repeat 5]
+    python benchmarks/bench_engine.py --cases [--requests 20000] [--repeat 3]
+
 
 Reports wall time, simulated requests per wall second and peak memory (RSS) of the large run,
 and, on a slice run both ways in the same process, the fast-forward's speed-up over stepping
@@ -16,14 +18,25 @@ about half a reference run's time, then the reference once, then the fast run fo
 pair cancels). A pair's ratio is the reference over that mean; the speed-up reported is the
 median pair (a pair that a sudden change of speed straddles is an outlier either way), with
 every pair shown. One reference run before the pairs warms up and sets the spans.
+
+``--cases``: the base run (vllm, recompute, ``--rate``) against runs that each change one thing
+(``CASES``), every one in a fresh process (so its peak RSS is its own), round robin over
+``--repeat`` rounds, so a drift of the machine's speed reaches every case alike. Per case: the
+median and the fastest round's wall seconds per request (the workload drawn and the engine run,
+not the interpreter's start; on a shared machine the fastest is the least disturbed), the peak
+RSS, and each as a ratio to the base run's; the JSON adds the RSS after the imports (what every
+case pays before any work).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -34,24 +47,41 @@ from pagedkv.engine.metrics import summarize
 from pagedkv.io import atomic_write_json
 from pagedkv.simulation import SimulationConfig, build_engine
 
+CASES: dict[str, dict[str, Any]] = {
+    "base": {},
+    "rate 10": {"request_rate": 10.0},
+    "chunked prefill": {"enable_chunked_prefill": True},
+    "prefix caching": {
+        "workload": "shared-prefix",
+        "prefix_len": 200,
+        "enable_prefix_caching": True,
+    },
+    "swap": {"preemption_mode": "swap", "request_rate": 10.0},
+    "reserve": {"scheduler": "reserve"},
+    "orca-oracle": {"scheduler": "orca-oracle"},
+}
+"""What each ``--cases`` run changes in the base run's flat config. Swap runs at rate 10, where
+the base policy preempts (at the base rate it seldom does, and swap would be the base run)."""
 
-def run(requests: int, rate: float, reference: bool) -> tuple[float, float, dict[str, Any]]:
+
+def run(
+    requests: int, rate: float, reference: bool, case: str = "base"
+) -> tuple[float, float, dict[str, Any]]:
     """Wall seconds to build the engine (the workload drawn) and to run it, and the summary;
     the summary also gets ``scheduler_rounds`` and ``windows`` (the fast-forward's), whose sum
     is the events the run paid for."""
-    config = SimulationConfig.from_flat(
-        {
-            "model": "OPT-13B",
-            "gpu": "A100-40GB",
-            "scheduler": "vllm",
-            "preemption_mode": "recompute",
-            "workload": "sharegpt-like",
-            "num_requests": requests,
-            "request_rate": rate,
-            "seed": 0,
-            "reference": reference,
-        }
-    )
+    flat: dict[str, Any] = {
+        "model": "OPT-13B",
+        "gpu": "A100-40GB",
+        "scheduler": "vllm",
+        "preemption_mode": "recompute",
+        "workload": "sharegpt-like",
+        "num_requests": requests,
+        "request_rate": rate,
+        "seed": 0,
+        "reference": reference,
+    }
+    config = SimulationConfig.from_flat(flat | CASES[case])
     t0 = time.perf_counter()
     engine = build_engine(config)
     t1 = time.perf_counter()
@@ -75,21 +105,92 @@ def close(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def rss_mib() -> float:
+    """This process's resident memory now (Linux ``/proc``), MiB."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def one_case(case: str, requests: int, rate: float) -> None:
+    """Run one case in this (fresh) process; print its figures as one JSON line."""
+    imported = rss_mib()
+    build, run_s, summary = run(requests, rate, reference=False, case=case)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    out = {"wall_s": build + run_s, "build_s": build, "peak_mib": peak, "imports_mib": imported}
+    print(json.dumps(out | {"iterations": summary["iterations"]}))
+
+
+def cases(requests: int, rate: float, repeat: int, path: str | None) -> None:
+    """Every case in a fresh process, round robin over ``repeat`` rounds (module docstring)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
+    for _ in range(repeat):
+        for name in CASES:
+            argv = [sys.executable, __file__, "--one-case", name, "--requests", str(requests)]
+            done = subprocess.run(
+                [*argv, "--rate", str(rate)], check=True, capture_output=True, text=True
+            )
+            runs[name].append(json.loads(done.stdout.splitlines()[-1]))
+    rows = {}
+    for name, got in runs.items():
+        walls = [r["wall_s"] for r in got]
+        rows[name] = {
+            "us_per_request": statistics.median(walls) / requests * 1e6,
+            "fastest_us_per_request": min(walls) / requests * 1e6,
+            "peak_mib": statistics.median(r["peak_mib"] for r in got),
+            "imports_mib": statistics.median(r["imports_mib"] for r in got),
+            "iterations": got[0]["iterations"],
+            "runs_s": walls,
+        }
+    base = rows["base"]
+    table = Table(title=f"pagedkv cases: {requests:,} requests, {repeat} rounds")
+    columns = ("us / request", "x base", "fastest", "x base", "peak MiB", "x base", "runs s")
+    for col in ("case", *columns):
+        table.add_column(col, justify="left" if col == "case" else "right")
+    for name, row in rows.items():
+        row["cost_ratio"] = row["us_per_request"] / base["us_per_request"]
+        row["fastest_ratio"] = row["fastest_us_per_request"] / base["fastest_us_per_request"]
+        row["memory_ratio"] = row["peak_mib"] / base["peak_mib"]
+        table.add_row(
+            name,
+            f"{row['us_per_request']:,.0f}",
+            f"{row['cost_ratio']:.2f}",
+            f"{row['fastest_us_per_request']:,.0f}",
+            f"{row['fastest_ratio']:.2f}",
+            f"{row['peak_mib']:,.0f}",
+            f"{row['memory_ratio']:.2f}",
+            ", ".join(f"{s:.1f}" for s in row["runs_s"]),
+        )
+    Console(width=120).print(table)
+    if path:
+        atomic_write_json(path, {"requests": requests, "rate": rate, "cases": rows})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, help="default 100000 (20000 with --cases)")
     parser.add_argument("--slice", type=int, default=2_000)
     parser.add_argument("--rate", type=float, default=1.5, help="requests per second")
     parser.add_argument(
         "--repeat", type=int, default=5, help="A B A pairs of slice measurements (odd: a median)"
     )
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--cases", action="store_true", help="per-case cost and memory")
+    parser.add_argument("--one-case", choices=CASES, help=argparse.SUPPRESS)  # a child run
     args = parser.parse_args()
+    if args.requests is None:
+        args.requests = 20_000 if args.cases else 100_000
     for flag in ("requests", "slice", "repeat"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if not args.rate > 0:
         parser.error(f"--rate must be > 0, got {args.rate}")
+    if args.one_case:
+        one_case(args.one_case, args.requests, args.rate)
+        return
+    if args.cases:
+        cases(args.requests, args.rate, args.repeat, args.json)
+        return
 
     # The slice both ways in A B A pairs (the module docstring says why).
     _, span, _ = run(args.slice, args.rate, reference=True)  # warm-up; sets the spans

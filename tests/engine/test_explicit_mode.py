@@ -29,6 +29,7 @@ from pagedkv.errors import ConfigError
 from pagedkv.experiments import shared_prefix
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.memory.token_runs import TokenIds
 from pagedkv.simulation import SimulationConfig, build_engine, simulate
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.token_ids import own_ids, prefix_ids, with_prefix_ids
@@ -177,7 +178,7 @@ def test_yaml_key_and_the_shared_prefix_experiment_variant(tmp_path: Path) -> No
 
 
 def test_workload_prefixes_take_the_longest_and_refuse_two_prefixes_under_one_id() -> None:
-    def spec(i: int, ids: tuple[int, ...], label: str) -> RequestSpec:
+    def spec(i: int, ids: TokenIds, label: str) -> RequestSpec:
         extra = (("prefix_id", label), ("prefix_len", "10"))
         return RequestSpec(i, len(ids), 4, 0.0, token_ids=ids, extra=extra)
 

@@ -15,6 +15,7 @@ from pagedkv.engine.engine import Engine
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.errors import ConfigError
 from pagedkv.memory.manager import KVCacheManager
+from pagedkv.memory.token_runs import TokenRuns
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.test_fast_forward import ROOFLINE, both_equal
 from tests.factories import BLOCK_SIZES, make_engine
@@ -147,6 +148,37 @@ def test_token_slice_spans_prompt_and_outputs() -> None:
     assert unplanned.known_token_ids is None  # a simulated output's id is not known
 
 
+@given(
+    prompt=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    outputs=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    sampled=st.integers(0, 12),
+    data=st.data(),
+)
+def test_token_slices_of_runs_equal_those_of_tuples(
+    prompt: list[int], outputs: list[int], sampled: int, data: st.DataObject
+) -> None:
+    """The same ids as runs or as tuples give the same slices, as tuples."""
+
+    def runs(lengths: list[int], base: int) -> TokenRuns:
+        return TokenRuns(range(base + 100 * i, base + 100 * i + n) for i, n in enumerate(lengths))
+
+    ids, outs = runs(prompt, 0), runs(outputs, 10_000)
+    as_runs = Request.from_spec(
+        RequestSpec(0, len(ids), len(outs), token_ids=ids, output_token_ids=outs)
+    )
+    as_tuples = Request.from_spec(
+        RequestSpec(0, len(ids), len(outs), token_ids=tuple(ids), output_token_ids=tuple(outs))
+    )
+    for r in (as_runs, as_tuples):
+        r.num_output_tokens = min(sampled, len(outs))
+    end = data.draw(st.integers(0, as_runs.num_tokens))
+    start = data.draw(st.integers(0, end))
+    got = as_runs.token_slice(start, end)
+    assert type(got) is tuple
+    assert got == as_tuples.token_slice(start, end) == (*ids, *outs)[start:end]
+    assert as_runs.known_token_ids == as_tuples.known_token_ids
+
+
 @st.composite
 def sharing_workloads(draw: st.DrawFn) -> list[RequestSpec]:
     """Requests over a few shared prefixes, some of them chat follow-ups."""
@@ -162,7 +194,7 @@ def sharing_workloads(draw: st.DrawFn) -> list[RequestSpec]:
             base = out[parent]
             assert base.token_ids is not None
             assert base.output_token_ids is not None
-            prefix = base.token_ids + base.output_token_ids
+            prefix = tuple(base.token_ids) + tuple(base.output_token_ids)
         prompt = (prefix + own)[:150]
         output = draw(st.integers(1, 60))
         out.append(

@@ -167,6 +167,21 @@ class ContiguousMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
+    def append_all(self, data: st.DataObject) -> None:
+        """Every sequence at once (the fast path's call): as one append each, when all fit."""
+        seqs = data.draw(st.lists(st.sampled_from(sorted(self.model)), unique=True), label="seqs")
+        mml = self.config.max_model_len
+        room = min((min(self.model[s].held, mml) - self.model[s].tokens for s in seqs), default=0)
+        n = data.draw(st.integers(0, room), label="num_tokens")
+        event(f"append_all: {len(seqs)} sequences")
+        assert self.alloc.append_slots_all(seqs, n) == []
+        for s in seqs:
+            m = self.model[s]
+            m.tokens += n
+            m.final = max(m.final, m.tokens)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
     def fork(self, data: st.DataObject) -> None:
         parent = self.draw_seq(data)
         p = self.model[parent]

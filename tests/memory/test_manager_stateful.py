@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_table import cdiv
 from pagedkv.memory.config import EvictionPolicy
-from pagedkv.memory.interface import AllocStatus
+from pagedkv.memory.interface import AllocStatus, SeqId
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.prefix_hash import hash_blocks
 from tests.factories import BLOCK_SIZES, make_manager
@@ -226,6 +226,9 @@ class PagedManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def swap_in(self, data: st.DataObject) -> None:
         group = data.draw(st.sets(st.sampled_from(sorted(self.swapped)), min_size=1, max_size=3))
+        # the shortcut without cache or pins counts as block by block
+        ids: list[SeqId] = [*sorted(group)]
+        assert self.m._swap_in_blocks_taken(ids) == self.m._swap_in_blocks_taken_each(ids)
         status = self.m.can_swap_in(group)
         back = self.m.swap_in(group)
         if status is AllocStatus.OK:
@@ -307,6 +310,8 @@ class PagedManagerMachine(RuleBasedStateMachine):
     def resume_group(self, data: st.DataObject) -> None:
         """Swap a whole family back in: all of it, or (no room) none of it."""
         family = data.draw(st.sampled_from(self.live_families(swapped=True)))
+        ids: list[SeqId] = list(family)
+        assert self.m._swap_in_blocks_taken(ids) == self.m._swap_in_blocks_taken_each(ids)
         status = self.m.can_swap_in(family)
         back = self.m.swap_in(family)
         if status is AllocStatus.OK:

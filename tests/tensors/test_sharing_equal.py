@@ -147,14 +147,14 @@ def assert_equal_to_unshared(arch: str, done: Run) -> None:
     """Every sample of every request equals its prompt's unshared greedy output (greedy
     outputs of different lengths: the shorter is the start of the longer)."""
     reqs = done.run.requests
-    prompts = tuple(dict.fromkeys(r.token_ids for r in reqs if r.token_ids is not None))
+    prompts = tuple(dict.fromkeys(tuple(r.token_ids) for r in reqs if r.token_ids is not None))
     expected = unshared(arch, prompts, max(r.output_len for r in reqs))
     for req in reqs:
         assert req.token_ids is not None
         assert len(req.seq_ids) == req.n
         for seq_id in req.seq_ids:
             got = tuple(req.outputs_of(seq_id))
-            assert got == expected[req.token_ids][: req.output_len], (req.request_id, seq_id)
+            assert got == expected[tuple(req.token_ids)][: req.output_len], (req.request_id, seq_id)
 
 
 # name -> (block_size, num_gpu_blocks, scheduler options, small pool: preempts and evicts)

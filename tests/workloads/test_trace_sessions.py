@@ -236,7 +236,7 @@ out = [[dataclasses.asdict(r) for r in make_workload(WorkloadConfig(**c))] for c
 flat = {"workload": "chat", "num_sessions": 5, "chat_turns": 3, "seed": 5,
         "enable_prefix_caching": True, "num_gpu_blocks": 300}
 out.append(simulate(SimulationConfig.from_flat(flat)).to_dict())
-sys.stdout.write(json.dumps(out, sort_keys=True))
+sys.stdout.write(json.dumps(out, sort_keys=True, default=list))
 """
 
 

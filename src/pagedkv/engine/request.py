@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from pagedkv.engine.beam import BeamState
 from pagedkv.errors import IntegrityError
+from pagedkv.memory.token_runs import TokenIds
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -41,7 +42,7 @@ class Request:
     arrival_time: float
     prompt_len: int
     output_len: int
-    token_ids: tuple[int, ...] | None = None
+    token_ids: TokenIds | None = None
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
@@ -55,7 +56,7 @@ class Request:
     reject_reason: str | None = None
     seq_ids: list[object] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)  # filled by a real executor
-    planned_output_ids: tuple[int, ...] | None = None  # what a simulated model will generate
+    planned_output_ids: TokenIds | None = None  # what a simulated model will generate
     parent_id: int | None = None  # a closed-loop follow-up of this request (a chat turn)
     think_time: float = 0.0
     n: int = 1  # parallel samples: sequences in the group once it forks after the prefill
@@ -141,24 +142,25 @@ class Request:
 
         0 ........ prompt_len ......... num_tokens
         | prompt ids | output ids (sampled or planned) |
+
+        A tuple even when the ids are held as runs: a slice is read once by the memory layer
+        (which copies it into the sequence's table), and a tuple is the cheapest to read.
         """
         prompt = self.token_ids
         if prompt is None:
             return None
         p = self.prompt_len
         if end <= p:
-            return prompt[start:end]
+            return tuple(prompt[start:end])
         n = self.num_output_tokens
         if len(self.output_token_ids) == n:
-            outs: tuple[int, ...] | list[int] = self.output_token_ids
+            outs: TokenIds | list[int] = self.output_token_ids
         elif self.planned_output_ids is not None:
             outs = self.planned_output_ids
         else:
             return None
         ids = (
-            tuple(outs[start - p : end - p])
-            if start >= p
-            else prompt[start:] + tuple(outs[: end - p])
+            tuple(outs[start - p : end - p]) if start >= p else (*prompt[start:], *outs[: end - p])
         )
         return ids if len(ids) == end - start else None
 

@@ -123,7 +123,8 @@ class ContiguousAllocator:
 
     def rooms(self, seq_ids: Sequence[SeqId]) -> list[int]:
         """``room`` of each sequence."""
-        return [self.room(s) for s in seq_ids]
+        top, get = self.config.max_model_len, self._get
+        return [min(r.held, top) - r.tokens for r in map(get, seq_ids)]
 
     def region(self, seq_id: SeqId) -> tuple[int, int]:
         """(start, slots actually held) of the sequence's region, e.g. to draw a block map."""
@@ -214,11 +215,21 @@ class ContiguousAllocator:
         """``append_slots`` for each sequence; the caller checked every region's room (token
         ids play no part in contiguous memory)."""
         num_tokens = as_int("num_tokens", num_tokens, 0)
-        for seq_id in seq_ids:
-            self._get(seq_id)  # an unknown id is refused before any region moves
-        for seq_id in seq_ids:
-            if self.append_slots(seq_id, num_tokens) is None:
+        regions = [self._get(seq_id) for seq_id in seq_ids]  # unknown ids: refused first
+        # Within its final length, a region's tokens take n slots of its reservation, and
+        # nothing else in its books moves: one sum for all (the rest one at a time).
+        top = self.config.max_model_len
+        moved = 0
+        for seq_id, r in zip(seq_ids, regions, strict=True):
+            if r.tokens + num_tokens <= min(r.final, r.held, top):
+                r.tokens += num_tokens
+                moved += num_tokens
+            elif self.append_slots(seq_id, num_tokens) is None:
+                self._token_states += moved
+                self._reservation -= moved
                 raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
+        self._token_states += moved
+        self._reservation -= moved
         return []
 
     def append_slots(

@@ -11,7 +11,9 @@ ints, so two different prefixes could map to one block and a request would silen
 another request's K/V (vLLM moved to SHA-256 for the same reason). SHA-256 has no known
 collisions and its 32-byte digests are stable across processes and machines, which keeps runs
 deterministic. Token ids are encoded as fixed-width little-endian int64 and the salt with a
-length prefix, so no two different inputs share an encoding.
+length prefix, so no two different inputs share an encoding. Ids held as runs
+(``token_runs.TokenRuns``) are encoded the same way, from each run in C: a block gets the same
+key whether its ids come as runs or as a tuple.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import struct
 from collections.abc import Sequence
 
 from pagedkv.errors import ConfigError
+from pagedkv.memory.token_runs import INT64_MAX, INT64_MIN, TokenRuns
 
 BlockHash = bytes
 """A 32-byte SHA-256 digest."""
@@ -35,7 +38,18 @@ INT64 = "integers in [-2**63, 2**63)"
 def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
     """Refuse ids the keys cannot encode (floats, strings, values outside int64) before
     anything changes: the packing below is the very encoding ``hash_block`` uses, done once
-    over the whole sequence, in C (numpy integers pass, as ``operator.index`` takes them)."""
+    over the whole sequence, in C (numpy integers pass, as ``operator.index`` takes them);
+    runs are checked from their bounds, O(runs)."""
+    if type(token_ids) is TokenRuns:  # (not isinstance: an ABC check costs per call)
+        bounds = token_ids.bounds()
+        if bounds is not None and not INT64_MIN <= bounds[0] <= bounds[1] <= INT64_MAX:
+            bad = bounds[0] if bounds[0] < INT64_MIN else bounds[1]
+            raise ConfigError(field, bad, f"token ids must be {INT64}")
+        return
+    if len(token_ids) == 1:  # a decode round's one id (the usual call): no packing needed
+        t = token_ids[0]
+        if type(t) is int and INT64_MIN <= t <= INT64_MAX:
+            return
     try:
         struct.pack(f"<{len(token_ids)}q", *token_ids)
     except (struct.error, TypeError):
@@ -59,7 +73,10 @@ def hash_block(
     if parent is None and salt:
         h.update(struct.pack("<q", len(salt)))
         h.update(salt)
-    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    if type(token_ids) is TokenRuns:  # (not isinstance: an ABC check costs per call)
+        h.update(token_ids.int64_le())
+    else:
+        h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
     return h.digest()
 
 

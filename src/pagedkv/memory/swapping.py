@@ -170,11 +170,22 @@ class SwapMixin:
 
     def _swap_in_blocks_taken(self, seq_ids: list[SeqId]) -> int:
         """Free-queue entries a swap-in consumes (cached blocks already in use cost none)."""
-        taken = 0
-        seen: set[int] = set()
         for seq_id in seq_ids:
             if seq_id not in self._swapped:
                 raise UnknownSequenceError(f"sequence {seq_id!r} is not swapped out")
+        if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+            return self._swap_in_blocks_taken_each(seq_ids)
+        # Nothing on the GPU can stand in for a CPU block (no cache, no pins): each distinct
+        # one takes a free block (vllm tries this at every step while a request is swapped).
+        if len(seq_ids) == 1:
+            return len(self._swapped[seq_ids[0]].blocks)  # a table's blocks are distinct
+        return len({b for seq_id in seq_ids for b in self._swapped[seq_id].blocks})
+
+    def _swap_in_blocks_taken_each(self, seq_ids: list[SeqId]) -> int:
+        """``_swap_in_blocks_taken`` block by block, asking whether the GPU still has each."""
+        taken = 0
+        seen: set[int] = set()
+        for seq_id in seq_ids:
             table = self._swapped[seq_id]
             for j, cpu_block in enumerate(table.blocks):
                 if cpu_block in seen:

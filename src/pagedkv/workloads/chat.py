@@ -56,14 +56,14 @@ def chat_workload(config: WorkloadConfig) -> list[RequestSpec]:
         rng.exponential(mean, size=sessions * turns) if mean > 0 else [0.0] * (sessions * turns)
     )
     starts = start_times(config, sessions)
-    system = prefix_ids(0, config.prefix_len) if config.prefix_len else ()
+    system = prefix_ids(0, config.prefix_len or 0)
     system_columns = (("prefix_id", "0"), ("prefix_len", str(len(system)))) if system else ()
     max_len = config.max_model_len
     new, repeated = chat_id_counts(sessions, turns, len(system), messages, outputs, max_len)
     check_ids("num_sessions", sessions, new, repeated)
     specs: list[RequestSpec] = []
     for s in range(sessions):
-        history: tuple[int, ...] = system  # the conversation so far, prompt and output ids
+        history = system  # the conversation so far, prompt and output ids
         parent: int | None = None
         for t in range(turns):
             i = s * turns + t

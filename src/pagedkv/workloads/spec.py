@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
+from pagedkv.memory.token_runs import TokenIds, TokenRuns
 from pagedkv.validation import check_int
 
 RESERVED_COLUMNS = ("request_id", "arrival_time", "prompt_len", "output_len")
@@ -26,9 +27,10 @@ class RequestSpec:
     output_len: int
     arrival_time: float = 0.0
     extra: tuple[tuple[str, str], ...] = ()
-    token_ids: tuple[int, ...] | None = None
-    """The prompt's token ids, when known (real executor, prefix caching); ``prompt_len`` long."""
-    output_token_ids: tuple[int, ...] | None = None
+    token_ids: TokenIds | None = None
+    """The prompt's token ids, when known (real executor, prefix caching); ``prompt_len`` long:
+    a tuple, or runs of consecutive ids (``TokenRuns``, a simulated workload's)."""
+    output_token_ids: TokenIds | None = None
     """The ids a simulated model will generate (``output_len`` long), so that with prefix caching
     a later request (the next chat turn) can hit the blocks of this one's output too."""
     parent_id: int | None = None
@@ -116,17 +118,23 @@ class RequestSpec:
 def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
     if ids is None:
         return
-    if (
-        not isinstance(ids, tuple)
-        or len(ids) != length
-        or not all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids)
+    if isinstance(ids, TokenRuns):  # O(runs): from the runs' bounds
+        bounds = ids.bounds()
+        if len(ids) == length and (bounds is None or 0 <= bounds[0] <= bounds[1] <= MAX_TOKEN_ID):
+            return
+    elif (
+        isinstance(ids, tuple)
+        and len(ids) == length
+        and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids)
     ):
-        shown = ids if not isinstance(ids, tuple) or len(ids) <= 8 else f"{len(ids)} ids"
-        raise ConfigError(
-            field,
-            shown,
-            f"must be None or a tuple of {length_field} = {length} ints in [0, 2^63 - 1]",
-        )
+        return
+    shown = ids if not isinstance(ids, (tuple, TokenRuns)) or len(ids) <= 8 else f"{len(ids)} ids"
+    raise ConfigError(
+        field,
+        shown,
+        f"must be None or a tuple (or TokenRuns) of {length_field} = {length} ints in "
+        "[0, 2^63 - 1]",
+    )
 
 
 def _check_extra(extra: object) -> None:

@@ -29,9 +29,12 @@ Ids fit an int64 (the block hash packs them as such): the largest is about (2 n 
 under 2^63 for any n below 2^37 requests; an owner beyond that (a trace's ``prefix_id`` above
 ``MAX_PREFIX_ID``) is a ``ConfigError``.
 
-Ids cost memory (``pagedkv.footprint``): every workload that makes them checks their total,
-from the lengths alone, before it makes any (``check_ids``). A chat turn repeats the whole
-conversation before it, so a session's ids grow with the square of its turns.
+Ids are held as runs (``memory/token_runs.TokenRuns``): a range per owner's stretch, so a
+request's ids take a few hundred bytes whatever its length, and a chat turn's as many runs as
+the turns before it. Ids cost memory (``pagedkv.footprint``): every workload that makes them
+checks their total, from the lengths alone, before it makes any (``check_ids``). A chat turn
+repeats the whole conversation before it, so a session's ids grow with the square of its turns
+(counted as ids, though runs hold them in far less).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pagedkv.footprint import (
     check_memory,
     token_id_bytes,
 )
+from pagedkv.memory.token_runs import TokenIds, TokenRuns
 from pagedkv.workloads.spec import MAX_TOKEN_ID, RequestSpec
 
 SPAN = 1 << 24
@@ -69,21 +73,21 @@ def check_ids(field: str, value: object, new_ids: int, repeated_ids: int = 0) ->
     )
 
 
-def _range(owner: int, start: int, length: int) -> tuple[int, ...]:
+def _range(owner: int, start: int, length: int) -> TokenRuns:
     if not 0 <= start <= start + length <= SPAN:
         raise ConfigError("token position", start + length, f"must be <= {SPAN} per owner")
     if not 0 <= owner <= MAX_OWNER:
         raise ConfigError("token id owner", owner, f"must be in [0, {MAX_OWNER}] (ids fit int64)")
     base = owner * SPAN
-    return tuple(range(base + start, base + start + length))
+    return TokenRuns((range(base + start, base + start + length),))
 
 
-def prefix_ids(prefix: int, length: int) -> tuple[int, ...]:
+def prefix_ids(prefix: int, length: int) -> TokenRuns:
     """The ids of shared prefix number ``prefix`` (0, 1, ...), ``length`` tokens."""
     return _range(2 * prefix, 0, length)
 
 
-def own_ids(request_id: int, start: int, length: int) -> tuple[int, ...]:
+def own_ids(request_id: int, start: int, length: int) -> TokenRuns:
     """Tokens ``start .. start + length - 1`` of request ``request_id``'s own range."""
     return _range(2 * request_id + 1, start, length)
 
@@ -117,7 +121,7 @@ def _prefix_columns(specs: Sequence[RequestSpec], source: str) -> list[RequestSp
         extra = dict(r.extra)
         label = extra.get("prefix_id", "private")
         shared = 0
-        ids: tuple[int, ...] = ()
+        ids: TokenRuns = TokenRuns()
         if label != "private":
             k = _column_int(r, "prefix_id", label)
             shared = min(_column_int(r, "prefix_len", extra.get("prefix_len")), r.prompt_len - 1)
@@ -208,7 +212,9 @@ def chain_sessions(specs: Sequence[RequestSpec], source: str = "trace") -> list[
                 outputs = own_ids(r.request_id, r.prompt_len, r.output_len)
                 turn = dataclasses.replace(r, token_ids=ids, output_token_ids=outputs)
         else:
-            history = (previous.token_ids or ()) + (previous.output_token_ids or ())
+            history: TokenIds = (previous.token_ids or TokenRuns()) + (
+                previous.output_token_ids or TokenRuns()
+            )
             message = r.prompt_len - len(history)
             if message < 0:
                 raise ConfigError(

@@ -63,8 +63,8 @@ class VllmScheduler(Scheduler):
         """Without chunked prefill and with nothing swapped, ``schedule`` first admits the
         waiting prompts; if any fit the round is prefill-only: this is that round. (The
         admission test reads the free blocks and the running count, no running request; a
-        subclass with an admission test of its own, such as ``reserve``'s, which sums what
-        every running request still owes, gets no promise.)"""
+        subclass with an admission test of its own, such as ``reserve``'s, which reads what
+        the running requests still owe, gets no promise.)"""
         if self.config.enable_chunked_prefill or self.swapped or not self.waiting:
             return None
         if type(self)._can_admit is not Scheduler._can_admit:
