@@ -269,3 +269,31 @@ def test_config_errors_name_the_field(kwargs: dict[str, Any], field: str) -> Non
         WorkloadConfig(**kwargs)
     assert info.value.field == field
     assert str(info.value).startswith(f"{field}: got ")
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [
+        {"workload": "sharegpt-like", "num_requests": 40, "request_rate": 2.0},
+        {"workload": "alpaca-like", "num_requests": 30},
+        {"workload": "fixed", "prompt_len": 9, "output_len": 4, "num_requests": 12},
+    ],
+)
+def test_a_synthetic_request_is_made_and_checked_once(
+    flat: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pagedkv.simulation import SimulationConfig
+    from pagedkv.workloads.spec import RequestSpec
+
+    config = SimulationConfig.from_flat(flat).workload
+    checks = 0
+    check = RequestSpec.__post_init__
+
+    def counted(self: RequestSpec) -> None:
+        nonlocal checks
+        checks += 1
+        check(self)
+
+    monkeypatch.setattr(RequestSpec, "__post_init__", counted)
+    requests = make_workload(config)
+    assert checks == len(requests) == flat["num_requests"]

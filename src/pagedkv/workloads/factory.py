@@ -105,34 +105,43 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
     if config.kind is WorkloadKind.RANDOM:
         return random_workload(config)
     base = _base_requests(config)
+    if isinstance(base, tuple):  # a synthetic kind's lengths: each spec is made once, below
+        lengths, count = base, len(base[0])
+    else:
+        lengths, count = ([r.prompt_len for r in base], [r.output_len for r in base]), len(base)
     if config.arrival is None:
-        times = [float(r.arrival_time) for r in base]
+        times = [0.0] * count if isinstance(base, tuple) else [r.arrival_time for r in base]
+        times = [float(t) for t in times]
     else:
         times = arrival_times(
-            len(base),
+            count,
             config.arrival,
             rng=child_rng(config.seed, Stream.ARRIVALS),
             rate=config.request_rate,
             burstiness=config.burstiness,
         )
-    prompts, outputs = cap_lengths(
-        [r.prompt_len for r in base], [r.output_len for r in base], config.max_model_len
-    )
-    order = sorted(range(len(base)), key=times.__getitem__)  # sorted() is stable
-    requests = [
-        RequestSpec(
-            new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority
-        )
-        for new_id, i in enumerate(order)
-    ]
+    prompts, outputs = cap_lengths(*lengths, config.max_model_len)
+    order = sorted(range(count), key=times.__getitem__)  # sorted() is stable
+    if isinstance(base, tuple):
+        requests = [
+            RequestSpec(new_id, prompts[i], outputs[i], times[i]) for new_id, i in enumerate(order)
+        ]
+    else:
+        requests = [
+            RequestSpec(
+                new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority
+            )
+            for new_id, i in enumerate(order)
+        ]
     if config.kind is WorkloadKind.TRACE:
         # ids from prefix_id / prefix_len columns, if any
         return with_prefix_ids(requests, str(config.trace_path))
     return requests
 
 
-def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
-    """The kind's requests before re-timing, capping and renumbering."""
+def _base_requests(config: WorkloadConfig) -> list[RequestSpec] | tuple[list[int], list[int]]:
+    """The kind's requests before re-timing, capping and renumbering; a synthetic kind's as
+    its prompt and output lengths only (its specs are made once, after re-timing)."""
     n = config.num_requests
     if config.kind is WorkloadKind.LESSON:
         return lesson_workload(LESSON.num_requests if n is None else n)
@@ -162,7 +171,7 @@ def _base_requests(config: WorkloadConfig) -> list[RequestSpec]:
     prompts, outputs = length_model(config).sample(
         DEFAULT_NUM_REQUESTS if n is None else n, config.seed
     )
-    return [RequestSpec(i, p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+    return list(prompts), list(outputs)
 
 
 def workload_notes(config: WorkloadConfig) -> list[str]:
