@@ -607,21 +607,62 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         num_tokens: int,
         token_ids: Sequence[Sequence[int] | None] | None,
     ) -> list[BlockCopy]:
-        """``append_slots_all`` with prefix caching: one token of every sequence per round, as
-        the rounds it stands for append them. Which sequence keys a block first, and which
+        """``append_slots_all`` with prefix caching, in the order of the rounds it stands for:
+        round by round, sequence by sequence. Which sequence keys a block first, and which
         free cached block an allocation evicts before a key is registered, depend on that
-        order (found by tests/test_fuzz_configs.py: evictions differed from the reference)."""
+        order (found by tests/test_fuzz_configs.py: evictions differed from the reference).
+
+        Only three kinds of token touch the pool or the cache: one that starts a block (an
+        allocation, which may evict), one that fills a block (its key is registered), and the
+        first into a shared partial block (a copy-on-write). The others only move their own
+        table's count and the tail books, which commute with everything else; so each
+        sequence's quiet tokens are appended in one piece just before its next such token,
+        and those tokens keep the rounds' order."""
+        bs = self.block_size
+        refs = self.gpu.ref_counts
+        events: dict[int, list[int]] = {}  # round -> the sequences (in order) with an event
+        for i, seq_id in enumerate(seq_ids):
+            table = self._gpu_table(seq_id)
+            t0 = table.num_tokens
+            starts = {-t0 % bs, (bs - 1 - t0) % bs}  # first rounds that start / fill a block
+            if t0 % bs and table.blocks and refs[table.blocks[-1]] > 1:
+                starts.add(0)
+            rounds = sorted({r for s in starts for r in range(s, num_tokens, bs)})
+            for r in rounds:
+                events.setdefault(r, []).append(i)
+        done = [0] * len(seq_ids)
         copies: list[BlockCopy] = []
-        for r in range(num_tokens):
-            for i, seq_id in enumerate(seq_ids):
+        for r in sorted(events):
+            for i in events[r]:
+                seq_id = seq_ids[i]
                 ids = None if token_ids is None else token_ids[i]
-                done = self.append_slots(
+                if done[i] < r:
+                    self._append_quiet(seq_id, done[i], r, ids)
+                got = self.append_slots(
                     seq_id, 1, token_ids=None if ids is None else ids[r : r + 1]
                 )
-                if done is None:
+                if got is None:
                     raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
-                copies.extend(done)
+                copies.extend(got)
+                done[i] = r + 1
+        for i, seq_id in enumerate(seq_ids):
+            if done[i] < num_tokens:
+                self._append_quiet(
+                    seq_id, done[i], num_tokens, None if token_ids is None else token_ids[i]
+                )
         return copies
+
+    def _append_quiet(
+        self, seq_id: SeqId, start: int, stop: int, ids: Sequence[int] | None
+    ) -> None:
+        """Tokens ``start:stop`` of a bulk append that neither start nor fill a block."""
+        got = self.append_slots(
+            seq_id, stop - start, token_ids=None if ids is None else ids[start:stop]
+        )
+        if got:  # the event schedule said no block is touched: a copy means it was wrong
+            raise PagedKVError(f"append_slots_all: {seq_id!r} copied a block on a quiet append")
+        if got is None:
+            raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
 
     def fork(
         self, parent: SeqId, child: SeqId, *, final_len: int | None = None
