@@ -218,15 +218,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         building it (the fast-forward's decode cohort reads them at every event). Exact at
         the current round: the tables' books plus what growing sequences gained since they
         joined (tokens, the blocks they took, those blocks' slots past a final length)."""
-        tokens = self._token_slots
-        reservation = self._tails.reservation
-        internal = self._tails.internal + self._pinned_empty_slots  # pinned blocks' empties
-        growth = self._growth
-        if growth.seqs:
-            tokens += growth.tokens
-            reservation += growth.reservation
-            internal += growth.frag
-        return tokens, reservation, internal
+        # (Growth's sums are all 0 while nothing grows, so they are added unconditionally.)
+        growth, tails = self._growth, self._tails
+        return (
+            self._token_slots + growth.tokens,
+            tails.reservation + growth.reservation,
+            tails.internal + self._pinned_empty_slots + growth.frag,  # pinned blocks' empties
+        )
 
     # ----- growth in closed form ------------------------------------------------------------
     def grow(self, seq_ids: Sequence[SeqId]) -> None:
