@@ -113,8 +113,7 @@ class Cohort:
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         """Run to the cohort's end, then bring every member up to date."""
-        for req in self.engine.scheduler.running:
-            self._join(req)
+        self._join(self.engine.scheduler.running)
         self._loop()
         self._sync()
         self._flush()
@@ -185,29 +184,35 @@ class Cohort:
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
                 self._finish()
 
-    def _join(self, req: Request) -> None:
-        """``req`` decodes from the next round on (its pending token is its only one)."""
+    def _join(self, reqs: list[Request]) -> None:
+        """``reqs`` decode from the next round on (each one's pending token is its only one);
+        their memory grows in the books from then on (one call for them all)."""
         d = self.done
-        left = req.output_len - req.num_output_tokens
-        tokens = req.num_computed_tokens
-        self.members[req] = _new(Member, (d, tokens, req.num_output_tokens, left))
-        heapq.heappush(self.finishes, (d + left, req.arrival_time, req.request_id, req))
-        self.kv.grow(req.seq_ids)  # one sequence (no groups in a cohort)
-        self.sum_join += d
-        self.sum_tokens += tokens
+        members, finishes = self.members, self.finishes
+        push = heapq.heappush
+        for req in reqs:
+            outputs = req.num_output_tokens
+            left = req.output_len - outputs
+            tokens = req.num_computed_tokens
+            members[req] = _new(Member, (d, tokens, outputs, left))
+            push(finishes, (d + left, req.arrival_time, req.request_id, req))
+            self.sum_tokens += tokens
+        self.sum_join += d * len(reqs)
+        self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
         (in running order; blocks growth took for them but never chose stay free)."""
-        finishes, d = self.finishes, self.done
+        finishes, d, members = self.finishes, self.done, self.members
         group = []
+        pop = heapq.heappop
         while finishes and finishes[0][0] == d:
-            req = heapq.heappop(finishes)[3]
-            m = self.members.pop(req)
-            req.num_computed_tokens = m.tokens + m.left
-            req.num_output_tokens = m.outputs + m.left
-            self.sum_join -= m.join
-            self.sum_tokens -= m.tokens
+            req = pop(finishes)[3]
+            join, tokens, outputs, left = members.pop(req)
+            req.num_computed_tokens = tokens + left
+            req.num_output_tokens = outputs + left
+            self.sum_join -= join
+            self.sum_tokens -= tokens
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
@@ -229,7 +234,13 @@ class Cohort:
         if batch is None:
             return False
         queued = sched.has_queued()
-        duration = self._duration(batch)
+        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
+            duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
+            if duration is None:
+                duration = self._duration(batch)
+        else:
+            duration = self._duration(batch)
         tokens, reservation, internal = self.kv.books()
         alloc = tokens + reservation + internal
         running = len(sched.running)
@@ -240,20 +251,21 @@ class Cohort:
                 MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
                 self.kv.check_integrity()
         if queued:  # the cohort's last round: its unallocated slots are external fragmentation
-            eng.ledger.add(Span.of_slots(duration, slots, running, len(batch.chunks), self.saved))
+            eng.ledger.add(Span.of_slots(duration, slots, running, len(chunks), self.saved))
         else:
-            self.max_running = max(self.max_running, running)
+            if running > self.max_running:
+                self.max_running = running
             self.admissions += 1
             self.admitted_running += running
-            self.admitted_seqs += len(batch.chunks)
+            self.admitted_seqs += len(chunks)
             self.time += duration
             self.token_time += duration * tokens
             self.alloc_time += duration * alloc
             self.internal_time += duration * internal
         eng.apply(batch, duration)
-        for chunk in batch.chunks:
-            if chunk.request.status is _RUNNING:  # not finished by its prefill
-                self._join(chunk.request)
+        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if joined:  # (one not finished by its prefill)
+            self._join(joined)
         return not queued
 
     def _duration(self, batch: SchedulerOutput) -> float:
