@@ -122,19 +122,20 @@ class Growth:
     def drop(self, g: Grower) -> tuple[int, int]:
         """``remove`` of a grower already taken out of ``seqs``."""
         bs, d = self.block_size, self.round
-        lag = d - g.join
+        join, _, room, owed, frag, _, serial = g  # (one unpacking: fields are descriptors)
+        lag = d - join
         taken = 0  # ``g.taken_by(d, bs)``, inlined (a finish frees one)
-        if lag > g.room:
-            taken = (lag - g.room - 1) // bs + 1
-            if 0 <= g.taken < taken:
-                taken = g.taken
-        self.counts.add((g.join + g.room + 1) % bs, -1)
-        self.sum_join -= g.join
-        if g.frag:
-            if taken == g.taken:  # its last block was taken: its frag goes with it
-                self.frag -= g.frag
+        if lag > room:
+            taken = (lag - room - 1) // bs + 1
+            if 0 <= owed < taken:
+                taken = owed
+        self.counts.add((join + room + 1) % bs, -1)
+        self.sum_join -= join
+        if frag:
+            if taken == owed:  # its last block was taken: its frag goes with it
+                self.frag -= frag
             else:  # its last block's heap entry is still to come: it counts for nothing
-                self._dead.add(g.serial)
+                self._dead.add(serial)
         self.held = held = self.held - taken  # the books' sums follow
         self.tokens = tokens = len(self.seqs) * d - self.sum_join
         self.reservation = bs * held - tokens - self.frag
