@@ -124,6 +124,7 @@ class Cohort:
         eng, ledger = self.engine, self.ledger
         finishes, kv, members = self.finishes, self.kv, self.members
         decode_curve = self.cost.decode_curve
+        books, advance_rounds, advance_clock = kv.books, kv.advance_rounds, ledger.advance
         bs, checked = self.bs, eng.check_integrity
         arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
         while True:
@@ -145,10 +146,10 @@ class Cohort:
                 k, sums = curve.reach(arrival - ledger.now)
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
-            tokens_now, reservation, internal_now = kv.books()
+            tokens_now, reservation, internal_now = books()
             split = curve.split
             one_line = split is None or k - 1 <= split  # T(x) = h0 x + h1 x (x-1) / 2
-            window = kv.advance_rounds(k, rounds=not one_line, upto=True)
+            window = advance_rounds(k, rounds=not one_line, upto=True)
             short = window.k < k
             if short:
                 k = window.k
@@ -175,7 +176,7 @@ class Cohort:
                 self.internal_time += internal
                 self.seq_rounds += n * k
                 self.done = a + k
-                ledger.advance(total)
+                advance_clock(total)
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
                     kv.check_integrity()

@@ -116,6 +116,13 @@ class Engine:
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
         pending, released, now = self.pending, self.released, self.ledger.now
+        if self.cap is None and not released:  # the usual case: open-loop arrivals, in order
+            add = self.scheduler.add_request  # (a rejection releases nothing)
+            while pending and pending[0].arrival_time <= now:
+                head = pending.popleft()
+                if not add(head):
+                    self._reject_followups(head)
+            return
         while True:
             if self.cap is not None and not self.cap.free:
                 return
