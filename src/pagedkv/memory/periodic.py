@@ -21,12 +21,10 @@ whole periods follow from period 0's sums and sums of P and P^2. A run of at mos
     a run:             r0 ................ r0 + k - 1          x = p - r0
 
 So each window costs O(1) Python steps, however many rounds or blocks it spans (a slice sum is
-done in C, and so are its dot products with x and x^2). Exact integer arithmetic throughout.
+done in C). Exact integer arithmetic throughout.
 """
 
 from __future__ import annotations
-
-from operator import mul
 
 
 class PeriodicCounts:
@@ -36,22 +34,26 @@ class PeriodicCounts:
         if period < 1:
             raise ValueError(f"period must be >= 1, got {period}")
         self.period = period
-        # The counts at positions p = 0 .. 2 bs - 1 (residue p mod bs), kept by ``add`` (O(1));
-        # a run's sums are a slice's sum and its dot products with x and x^2 (x = 0, 1, ...),
-        # all in C.
+        # At positions p = 0 .. 2 bs - 1 (residue p mod bs): the count, count p and count p^2,
+        # kept up to date by ``add`` (O(1)); a run's sums are then three slice sums, in C.
         self._w0 = [0] * (2 * period)
-        self._x = list(range(period))
-        self._x2 = [x * x for x in range(period)]
+        self._w1 = [0] * (2 * period)
+        self._w2 = [0] * (2 * period)
         self.weight = 0  # sum of count[r]: the weight of one whole period
 
     def add(self, residue: int, delta: int) -> None:
         """count[residue] += delta (it must stay >= 0)."""
-        w0 = self._w0
+        w0, w1, w2 = self._w0, self._w1, self._w2
         count = w0[residue] + delta
         if count < 0:
             raise ValueError(f"count of residue {residue} below zero")
         self.weight += delta
-        w0[residue] = w0[residue + self.period] = count
+        p = residue + self.period  # its second position
+        w0[residue] = w0[p] = count
+        w1[residue] += delta * residue
+        w2[residue] += delta * residue * residue
+        w1[p] += delta * p
+        w2[p] += delta * p * p
 
     @property
     def count(self) -> list[int]:
@@ -71,8 +73,11 @@ class PeriodicCounts:
         bs = self.period
         r0 = (a + 1) % bs
         if k <= bs:  # the usual window: one run (``_run``, inlined)
-            run = self._w0[r0 : r0 + k]
-            return sum(run), sum(map(mul, run, self._x)), sum(map(mul, run, self._x2))
+            end = r0 + k
+            w0 = sum(self._w0[r0:end])
+            s1 = sum(self._w1[r0:end])
+            s2 = sum(self._w2[r0:end])
+            return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
         q, r = divmod(k, bs)
         c0, c1, c2 = self._run(r0, bs)  # period 0; period P adds P bs to x
         p1 = q * (q - 1) // 2  # sum of P over P = 0..q-1
@@ -91,8 +96,11 @@ class PeriodicCounts:
     def _run(self, r0: int, k: int) -> tuple[int, int, int]:
         """``window`` of k <= period rounds whose first has residue r0: positions r0 .. r0 + k - 1,
         x = p - r0."""
-        run = self._w0[r0 : r0 + k]
-        return sum(run), sum(map(mul, run, self._x)), sum(map(mul, run, self._x2))
+        end = r0 + k
+        w0 = sum(self._w0[r0:end])
+        s1 = sum(self._w1[r0:end])
+        s2 = sum(self._w2[r0:end])
+        return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
 
     def first_over(self, a: int, limit: int) -> int:
         """The first round i > a with ``total(a, i) > limit`` (limit >= 0; some count > 0)."""
