@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.memory.growth import Window
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
     from pagedkv.engine.scheduler import SchedulerOutput
-    from pagedkv.engine.windows import StepCurve
 
 
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
@@ -115,16 +113,19 @@ class Cohort:
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         """Run to the cohort's end, then bring every member up to date."""
-        for req in self.engine.scheduler.running:
-            self._join(req)
+        self._join(self.engine.scheduler.running)
         self._loop()
         self._sync()
         self._flush()
 
     def _loop(self) -> None:
+        """The events, one window of decode rounds to the next (the module docstring's sums,
+        inlined: this is the cohort's hot path)."""
         eng, ledger = self.engine, self.ledger
-        finishes, kv = self.finishes, self.kv
+        finishes, kv, members = self.finishes, self.kv, self.members
         decode_curve = self.cost.decode_curve
+        books, advance_rounds, advance_clock = kv.books, kv.advance_rounds, ledger.advance
+        bs, checked = self.bs, eng.check_integrity
         arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
         while True:
             if arrival is not None and arrival <= ledger.now:
@@ -137,91 +138,82 @@ class Cohort:
                     return
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
-            n, d = len(self.members), self.done
-            k = finishes[0][0] - d  # to the next finish (>= 1)
-            curve = decode_curve(n, self.sum_tokens + n * d - self.sum_join)
+            n, a = len(members), self.done
+            k = finishes[0][0] - a  # to the next finish (>= 1)
+            curve = decode_curve(n, self.sum_tokens + n * a - self.sum_join)
             sums = curve.sums(k)
             if arrival is not None and arrival - ledger.now <= sums[0]:  # it falls in round <= k
                 k, sums = curve.reach(arrival - ledger.now)
-            books = kv.books()  # the levels at the window's start
-            one_line = curve.split is None or k - 1 <= curve.split
-            # The rounds whose new blocks fit; if fewer than k, the next needs the scheduler.
-            window = kv.advance_rounds(k, rounds=not one_line, upto=True)
+            # The levels at the window's start, then the rounds whose new blocks fit; if fewer
+            # than k, the next needs the scheduler.
+            tokens_now, reservation, internal_now = books()
+            split = curve.split
+            one_line = split is None or k - 1 <= split  # T(x) = h0 x + h1 x (x-1) / 2
+            window = advance_rounds(k, rounds=not one_line, upto=True)
             short = window.k < k
             if short:
                 k = window.k
                 sums = curve.sums(k)
-            if k > 0:
-                self._decode(curve, sums, window, books)
+            if k > 0:  # decode rounds a+1 .. a+k (no one finishes before the last)
+                total, moment = sums  # sum of d_j and of j d_j over j = 0..k-1 (round a+1+j)
+                tokens = (tokens_now + n) * total + n * moment
+                alloc = (tokens_now + reservation + internal_now) * total
+                h0, h1 = curve.head
+                if window.blocks:  # a block taken in round a+1+x is held from T(x) on
+                    if one_line:
+                        before = h0 * window.s1 + h1 * ((window.s2 - window.s1) // 2)
+                    else:
+                        assert window.rounds is not None  # asked for: k only shrinks
+                        before = sum(curve.totals([i - 1 for i in window.rounds]))
+                    alloc += bs * (window.blocks * total - before)
+                internal = internal_now * total
+                for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
+                    start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
+                    internal += frag * (total - start)
+                self.time += total
+                self.token_time += tokens
+                self.alloc_time += alloc
+                self.internal_time += internal
+                self.seq_rounds += n * k
+                self.done = a + k
+                advance_clock(total)
+                self.windows += 1
+                if checked:  # the books hold at every event (tests)
+                    kv.check_integrity()
             if short:
                 return
-            self._finish()
+            if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
+                self._finish()
 
-    def _join(self, req: Request) -> None:
-        """``req`` decodes from the next round on (its pending token is its only one)."""
+    def _join(self, reqs: list[Request]) -> None:
+        """``reqs`` decode from the next round on (each one's pending token is its only one);
+        their memory grows in the books from then on (one call for them all)."""
         d = self.done
-        left = req.output_len - req.num_output_tokens
-        tokens = req.num_computed_tokens
-        self.members[req] = _new(Member, (d, tokens, req.num_output_tokens, left))
-        heapq.heappush(self.finishes, (d + left, req.arrival_time, req.request_id, req))
-        self.kv.grow(req.seq_ids)  # one sequence (no groups in a cohort)
-        self.sum_join += d
-        self.sum_tokens += tokens
-
-    def _decode(
-        self,
-        curve: StepCurve,
-        sums: tuple[float, float],
-        window: Window,
-        books: tuple[int, int, int],
-    ) -> None:
-        """Decode rounds done+1 .. done+k, which the memory's growth ran (``window``; no one
-        finishes before the last): integrals, counters, clock. ``sums``: ``curve.sums(k)``,
-        the sum of d_j and of j d_j over j = 0..k-1 (round a+1+j); ``books``: the memory's
-        levels before them."""
-        a, k = self.done, window.k
-        n = len(self.members)
-        tokens_now, reservation, internal_now = books
-        alloc_now = tokens_now + reservation + internal_now
-        total, moment = sums
-        tokens = (tokens_now + n) * total + n * moment
-        alloc = alloc_now * total
-        h0, h1 = curve.head
-        one_line = curve.split is None or k - 1 <= curve.split  # T(x) = h0 x + h1 x (x-1) / 2
-        if window.blocks:  # a block taken in round i = a+1+x is held from T(x) = sum_{j<x} d_j
-            if one_line:
-                before = h0 * window.s1 + h1 * ((window.s2 - window.s1) // 2)
-            else:
-                assert window.rounds is not None  # asked for: k only shrinks, and so the split
-                before = sum(curve.totals([i - 1 for i in window.rounds]))
-            alloc += self.bs * (window.blocks * total - before)
-        internal = internal_now * total
-        for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
-            start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
-            internal += frag * (total - start)
-        self.time += total
-        self.token_time += tokens
-        self.alloc_time += alloc
-        self.internal_time += internal
-        self.seq_rounds += n * k
-        self.done = a + k
-        self.ledger.advance(total)
-        self.windows += 1
-        if self.engine.check_integrity:  # the books hold at every event (tests)
-            self.kv.check_integrity()
+        members, finishes = self.members, self.finishes
+        push = heapq.heappush
+        for req in reqs:
+            outputs = req.num_output_tokens
+            left = req.output_len - outputs
+            tokens = req.num_computed_tokens
+            members[req] = _new(Member, (d, tokens, outputs, left))
+            push(finishes, (d + left, req.arrival_time, req.request_id, req))
+            self.sum_tokens += tokens
+        self.sum_join += d * len(reqs)
+        self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
         (in running order; blocks growth took for them but never chose stay free)."""
-        finishes, d = self.finishes, self.done
+        finishes, d, members = self.finishes, self.done, self.members
         group = []
+        pop = heapq.heappop
         while finishes and finishes[0][0] == d:
-            req = heapq.heappop(finishes)[3]
-            m = self.members.pop(req)
-            req.num_computed_tokens = m.tokens + m.left
-            req.num_output_tokens = m.outputs + m.left
-            self.sum_join -= m.join
-            self.sum_tokens -= m.tokens
+            req = pop(finishes)[3]
+            join, tokens, outputs, left = members.pop(req)
+            req.num_computed_tokens = tokens + left
+            req.num_output_tokens = outputs + left
+            self.sum_join -= join
+            self.sum_tokens -= tokens
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
@@ -243,7 +235,13 @@ class Cohort:
         if batch is None:
             return False
         queued = sched.has_queued()
-        duration = self._duration(batch)
+        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
+            duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
+            if duration is None:
+                duration = self._duration(batch)
+        else:
+            duration = self._duration(batch)
         tokens, reservation, internal = self.kv.books()
         alloc = tokens + reservation + internal
         running = len(sched.running)
@@ -254,20 +252,21 @@ class Cohort:
                 MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
                 self.kv.check_integrity()
         if queued:  # the cohort's last round: its unallocated slots are external fragmentation
-            eng.ledger.add(Span.of_slots(duration, slots, running, len(batch.chunks), self.saved))
+            eng.ledger.add(Span.of_slots(duration, slots, running, len(chunks), self.saved))
         else:
-            self.max_running = max(self.max_running, running)
+            if running > self.max_running:
+                self.max_running = running
             self.admissions += 1
             self.admitted_running += running
-            self.admitted_seqs += len(batch.chunks)
+            self.admitted_seqs += len(chunks)
             self.time += duration
             self.token_time += duration * tokens
             self.alloc_time += duration * alloc
             self.internal_time += duration * internal
         eng.apply(batch, duration)
-        for chunk in batch.chunks:
-            if chunk.request.status is _RUNNING:  # not finished by its prefill
-                self._join(chunk.request)
+        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if joined:  # (one not finished by its prefill)
+            self._join(joined)
         return not queued
 
     def _duration(self, batch: SchedulerOutput) -> float:

@@ -116,6 +116,13 @@ class Engine:
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
         pending, released, now = self.pending, self.released, self.ledger.now
+        if self.cap is None and not released:  # the usual case: open-loop arrivals, in order
+            add = self.scheduler.add_request  # (a rejection releases nothing)
+            while pending and pending[0].arrival_time <= now:
+                head = pending.popleft()
+                if not add(head):
+                    self._reject_followups(head)
+            return
         while True:
             if self.cap is not None and not self.cap.free:
                 return
@@ -230,30 +237,37 @@ class Engine:
         counters and the tokens it sampled (a real executor's, keyed by seq id); finished
         requests (their output_len reached, or ``stopped``: a real model's stop token) free
         their memory. True if any did."""
-        start = self.ledger.now
-        self.ledger.advance(duration)
+        ledger = self.ledger
+        start = ledger.now
+        ledger.advance(duration)
+        now = ledger.now
+        stamp = self.token_times is not None
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request
             if req.admitted_time is None:
                 req.admitted_time = start
-            req.num_computed_tokens += chunk.num_new_tokens
-            if req.num_computed_tokens == req.num_tokens:  # caught up: sample one token
-                req.num_output_tokens += 1
-                if self.token_times is not None:
+            computed = req.num_computed_tokens + chunk.num_new_tokens
+            req.num_computed_tokens = computed
+            outputs = req.num_output_tokens
+            if computed == req.prompt_len + outputs:  # caught up (``num_tokens``): sample one
+                req.num_output_tokens = outputs = outputs + 1
+                if stamp:
                     self._stamp(req)
                 if sampled is not None:
                     for seq_id in req.seq_ids:
                         req.outputs_of(seq_id).append(sampled[seq_id])
                 if req.first_token_time is None:
-                    req.first_token_time = self.ledger.now
-                if req.num_output_tokens == req.output_len:
+                    req.first_token_time = now
+                if outputs == req.output_len:
                     finished.append(req)
                 elif req.request_id in stopped:
                     req.stop_early()
                     finished.append(req)
-        self.finish(finished)
-        return bool(finished)
+        if finished:
+            self.finish(finished)
+            return True
+        return False
 
     def _stamp(self, req: Request) -> None:
         """Record that ``req`` sampled its latest output token now. A group restarted by a

@@ -97,22 +97,20 @@ class Growth:
         room = len(table.blocks) * bs - tokens
         final = table.final_len
         first = d + room + 1  # the round of its first new block
-        taken = frag = 0
-        end = -1
-        self._serial += 1
-        serial = self._serial
+        self._serial = serial = self._serial + 1
         if final is None:
-            taken = -1
+            grower = (d, tokens, room, -1, 0, -1, serial)
         else:
             left = final - tokens
-            end = d + left
+            taken = frag = 0
             if left > room:
                 taken = (left - room - 1) // bs + 1
                 frag = room + taken * bs - left
                 if frag:
                     last = first + (taken - 1) * bs
                     heapq.heappush(self._lasts, (last, frag, serial))
-        self.seqs[seq_id] = _new(Grower, (d, tokens, room, taken, frag, end, serial))
+            grower = (d, tokens, room, taken, frag, d + left, serial)
+        self.seqs[seq_id] = _new(Grower, grower)
         self.counts.add(first % bs, 1)
         self.sum_join += d  # (it adds no token yet: the books stay as they are)
 
@@ -124,19 +122,20 @@ class Growth:
     def drop(self, g: Grower) -> tuple[int, int]:
         """``remove`` of a grower already taken out of ``seqs``."""
         bs, d = self.block_size, self.round
-        lag = d - g.join
+        join, _, room, owed, frag, _, serial = g  # (one unpacking: fields are descriptors)
+        lag = d - join
         taken = 0  # ``g.taken_by(d, bs)``, inlined (a finish frees one)
-        if lag > g.room:
-            taken = (lag - g.room - 1) // bs + 1
-            if 0 <= g.taken < taken:
-                taken = g.taken
-        self.counts.add((g.join + g.room + 1) % bs, -1)
-        self.sum_join -= g.join
-        if g.frag:
-            if taken == g.taken:  # its last block was taken: its frag goes with it
-                self.frag -= g.frag
+        if lag > room:
+            taken = (lag - room - 1) // bs + 1
+            if 0 <= owed < taken:
+                taken = owed
+        self.counts.add((join + room + 1) % bs, -1)
+        self.sum_join -= join
+        if frag:
+            if taken == owed:  # its last block was taken: its frag goes with it
+                self.frag -= frag
             else:  # its last block's heap entry is still to come: it counts for nothing
-                self._dead.add(g.serial)
+                self._dead.add(serial)
         self.held = held = self.held - taken  # the books' sums follow
         self.tokens = tokens = len(self.seqs) * d - self.sum_join
         self.reservation = bs * held - tokens - self.frag
@@ -157,7 +156,6 @@ class Growth:
         if k < 0:
             raise PagedKVError(f"growth of {k} rounds: must be >= 0")
         a = self.round
-        seqs = self.seqs
         counts = self.counts
         w0, s1, s2 = counts.window(a, a + k)
         if w0 > free:
@@ -169,16 +167,18 @@ class Growth:
         listed = [i - a for i in counts.rounds(a, b)] if rounds else None
         lasts = []
         heap = self._lasts
-        while heap and heap[0][0] <= b:
-            z, frag, serial = heapq.heappop(heap)
-            if self._dead and serial in self._dead:
-                self._dead.remove(serial)
-            else:
-                lasts.append((z - 1 - a, frag))
-                self.frag += frag
+        if heap and heap[0][0] <= b:
+            dead, pop = self._dead, heapq.heappop
+            while heap and heap[0][0] <= b:
+                z, frag, serial = pop(heap)
+                if dead and serial in dead:
+                    dead.remove(serial)
+                else:
+                    lasts.append((z - 1 - a, frag))
+                    self.frag += frag
         self.held = held = self.held + w0
         self.round = b
-        self.tokens = tokens = len(seqs) * b - self.sum_join  # the books' sums follow
+        self.tokens = tokens = len(self.seqs) * b - self.sum_join  # the books' sums follow
         self.reservation = self.block_size * held - tokens - self.frag
         return _new(Window, (k, w0, s1, s2, lasts, listed))
 

@@ -218,15 +218,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         building it (the fast-forward's decode cohort reads them at every event). Exact at
         the current round: the tables' books plus what growing sequences gained since they
         joined (tokens, the blocks they took, those blocks' slots past a final length)."""
-        tokens = self._token_slots
-        reservation = self._tails.reservation
-        internal = self._tails.internal + self._pinned_empty_slots  # pinned blocks' empties
-        growth = self._growth
-        if growth.seqs:
-            tokens += growth.tokens
-            reservation += growth.reservation
-            internal += growth.frag
-        return tokens, reservation, internal
+        # (Growth's sums are all 0 while nothing grows, so they are added unconditionally.)
+        growth, tails = self._growth, self._tails
+        return (
+            self._token_slots + growth.tokens,
+            tails.reservation + growth.reservation,
+            tails.internal + self._pinned_empty_slots + growth.frag,  # pinned blocks' empties
+        )
 
     # ----- growth in closed form ------------------------------------------------------------
     def grow(self, seq_ids: Sequence[SeqId]) -> None:
@@ -237,11 +235,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         Each must hold its blocks alone with its tokens' ids unknown (no copy-on-write, no
         prefix key to come); already growing ones go on as they were."""
         refs = self.gpu.ref_counts
-        growth = self._growth
+        growth, tables = self._growth, self._tables
+        growing = growth.seqs
         for seq_id in seq_ids:
-            if seq_id in growth.seqs:
+            if seq_id in growing:
                 continue
-            table = self._tables.get(seq_id) or self._gpu_table(seq_id)
+            table = tables.get(seq_id) or self._gpu_table(seq_id)
             blocks = table.blocks
             if table.tokens_known or (blocks and refs[blocks[-1]] != 1):
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
@@ -321,18 +320,18 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             seq_id, num_tokens, token_ids, final_len, cache_salt
         )
         bs = self.block_size
-        needed = -(-num_tokens // bs)
+        taken = needed = -(-num_tokens // bs)
         gpu = self.gpu
         total = gpu.num_blocks
-        hit = NO_HIT
         if token_ids is not None or self._pins:  # (not in the usual simulation)
             hit = self._hit(num_tokens, token_ids, cache_salt)
             if self._pins:
                 total -= self._pinned_apart(hit.num_computed_tokens)
+            if hit.blocks:
+                taken = self._free_blocks_taken(num_tokens, hit)
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return _NEVER
-        taken = self._free_blocks_taken(num_tokens, hit) if hit.blocks else needed
         return _LATER if gpu.num_free - self._growth.held - taken < wm else _OK
 
     def never_reason(
@@ -591,8 +590,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
                     if need > free:
                         raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
                     free -= need
-                    for _ in range(need):
+                    if need == 1:  # (a decode round's usual case)
                         blocks.append(take())
+                    else:  # a lag that growth settles, say: as ``need`` allocate() calls
+                        blocks += pool.allocate_many(need)
                 table.num_tokens = new
                 grown.append((seq_id, table, old))
         finally:  # the books stay whole even if a sequence had no room
