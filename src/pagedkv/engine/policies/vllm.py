@@ -45,19 +45,35 @@ class VllmScheduler(Scheduler):
         return out
 
     def decodes_next(self) -> bool:
-        """Nothing waits or is swapped (so neither schedule admits or resumes), no group runs
-        (they fork), and every running request has exactly its next token to compute: both
-        schedules then decode every running request once (``_decode_all``, or preemption when
-        blocks run short, which the fast-forward stops before). A prompt's last token is not
-        a decode even when it is the one token left (a chunked prefill of k x budget + 1
-        tokens): computing it samples the first token, an event the window does not model."""
-        if self.waiting or self.swapped or self.has_groups or not self.running:
+        """Nothing is swapped (nothing to resume), nothing waits or (without chunked prefill)
+        the schedule would not admit the waiting head (``_admits_head``: then it admits
+        nobody, being first-come-first-served), no group runs (they fork), and every running
+        request has exactly its next token to compute: the schedule then decodes every
+        running request once (``_decode_all``, or preemption when blocks run short, which the
+        fast-forward stops before). A prompt's last token is not a decode even when it is the
+        one token left (a chunked prefill of k x budget + 1 tokens): computing it samples the
+        first token, an event the window does not model."""
+        if self.swapped or self.has_groups or not self.running:
+            return False
+        if self.waiting and (self.config.enable_chunked_prefill or self._admits_head()):
             return False
         for r in self.running:
             computed = r.num_computed_tokens
             if r.prompt_len + r.num_output_tokens - computed != 1 or computed < r.prompt_len:
                 return False
         return True
+
+    def _admits_head(self) -> bool:
+        """Would ``_admit_waiting`` (without chunks) take the waiting head now? Its first
+        iteration's tests, none of which changes anything (a policy's ``_can_admit`` asks the
+        memory ``can_allocate``); True where unsure, which only costs a stepped round."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        head = self.waiting[0]
+        n = head.num_pending_tokens
+        if n <= 0 or n > self.config.token_budget:
+            return False
+        return self._can_admit(head, n)
 
     def admit_only(self) -> SchedulerOutput | None:
         """Without chunked prefill and with nothing swapped, ``schedule`` first admits the
