@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from pagedkv.engine.profile import Curve
-from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+from pagedkv.tensors.profile_fit import curve, line_curve, nonnegative_lstsq
 
 
 @settings(max_examples=100, deadline=None)
@@ -55,3 +55,29 @@ def test_nonnegative_lstsq_drops_a_negative_coefficient() -> None:
     intercept, slope = nonnegative_lstsq(a, y)
     assert slope == 0.0
     assert intercept > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    a=st.floats(0, 1e-2),
+    b=st.floats(0, 1e-4),
+    xs=st.lists(st.integers(1, 4096), min_size=2, max_size=12, unique=True),
+)
+def test_a_line_curve_is_valid_and_recovers_a_line(a: float, b: float, xs: list[int]) -> None:
+    """Exact points of a + b x (a, b >= 0) come back as that line, a valid curve."""
+    fitted = line_curve(xs, [a + b * x for x in xs])
+    c = Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")
+    for x in [0, *xs, 2 * max(xs)]:
+        assert np.isclose(c.at(x), a + b * x, rtol=1e-6, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(st.integers(0, 10**4), st.floats(0, 1.0)), min_size=1, max_size=12
+    )
+)
+def test_a_line_curve_of_noisy_points_is_valid(points: list[tuple[int, float]]) -> None:
+    xs, ys = zip(*points, strict=True)
+    fitted = line_curve(list(xs), list(ys))
+    Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid

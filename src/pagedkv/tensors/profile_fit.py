@@ -4,6 +4,8 @@
   running maximum: noise must not make more work cost less, and the fast-forward's sums rely on
   step times that never shrink as contexts grow), with a point at x = 0 extrapolated from the
   first two (clamped to [0, first]).
+* ``line_curve``: measured points -> the ``Curve`` dict of one nonnegative least-squares line
+  a + b x (a term known to be linear, measured as the difference of two noisy timings);
 * ``nonnegative_lstsq``: least squares with every coefficient >= 0 (drop the most negative one
   and refit until none is left; a handful of features, so this simple active set is enough).
 """
@@ -34,6 +36,12 @@ def curve(xs: Sequence[int], ys: Sequence[float]) -> dict[str, list[Any]]:
     if len(x_out) == 1:
         x_out, y_out = [0, 1], [y_out[0], y_out[0]]
     return {"x": x_out, "y": [float(y) for y in y_out]}
+
+
+def line_curve(xs: Sequence[int], ys: Sequence[float]) -> dict[str, list[Any]]:
+    top = max(max(int(x) for x in xs), 1)
+    a, b = nonnegative_lstsq([[1.0, float(x)] for x in xs], ys)
+    return {"x": [0, top], "y": [a, a + b * top]}
 
 
 def nonnegative_lstsq(features: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:
