@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from pagedkv.engine.profile import Curve
-from pagedkv.tensors.profile_fit import curve, line_curve, nonnegative_lstsq
+from pagedkv.tensors.profile_fit import curve, isotonic, line_curve, nonnegative_lstsq
 
 
 @settings(max_examples=100, deadline=None)
@@ -18,18 +18,46 @@ from pagedkv.tensors.profile_fit import curve, line_curve, nonnegative_lstsq
         max_size=12,
     )
 )
-def test_a_fitted_curve_is_valid_and_never_below_a_measurement(
+def test_a_fitted_curve_is_valid_and_the_isotonic_fit_of_the_means(
     points: list[tuple[int, float]],
 ) -> None:
-    """Valid for the cost model (from 0, increasing x, nondecreasing y >= 0); at each measured
-    x at least the mean measured there; at the last one the largest of those means."""
+    """Valid for the cost model (from 0, increasing x, nondecreasing y >= 0); at the measured
+    x the isotonic fit of the mean measured at each (exactly the means where they are in
+    order)."""
     xs, ys = zip(*points, strict=True)
     fitted = curve(list(xs), list(ys))
     c = Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid
     means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
-    for x, m in means.items():
-        assert c.at(x) >= m - 1e-12
-    assert np.isclose(c.at(max(xs)), max(means.values()))
+    order = sorted(means)
+    expected = isotonic([means[x] for x in order])
+    assert np.allclose([c.at(x) for x in order], expected, rtol=1e-9, atol=1e-15)
+    if all(means[a] <= means[b] for a, b in zip(order, order[1:], strict=False)):
+        assert np.allclose([c.at(x) for x in order], [means[x] for x in order], atol=1e-15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ys=st.lists(st.floats(0, 1.0), min_size=1, max_size=15))
+def test_isotonic_is_the_nearest_nondecreasing_sequence(ys: list[float]) -> None:
+    """Nondecreasing, the same total, and no farther (least squares) from ys than other
+    nondecreasing sequences: the running maximum, the sorted values, the constant mean, and
+    ys with one order-breaking pair pooled."""
+    z = isotonic(ys)
+    assert len(z) == len(ys)
+    assert all(a <= b for a, b in zip(z, z[1:], strict=False))
+    assert np.isclose(sum(z), sum(ys), rtol=1e-9, atol=1e-12)
+
+    def cost(v: list[float]) -> float:
+        return float(sum((a - b) ** 2 for a, b in zip(v, ys, strict=True)))
+
+    others = [
+        list(np.maximum.accumulate(ys)),
+        sorted(ys),
+        [float(np.mean(ys))] * len(ys),
+    ]
+    for v in others:
+        assert cost(z) <= cost(v) + 1e-12
+    if ys == sorted(ys):
+        assert z == ys
 
 
 @settings(max_examples=100, deadline=None)

@@ -72,10 +72,12 @@ class Timer:
 
 
 def _grid(top: int, start: int = 1) -> list[int]:
+    """Powers of two from ``start`` below ``top``, and ``top``: a GEMM's time bends between
+    them (the curves interpolate linearly)."""
     out, x = [], start
     while x < top:
         out.append(x)
-        x *= 4 if x >= 64 else 2
+        x *= 2
     return [*out, top]
 
 
