@@ -18,11 +18,19 @@ Per run: the per-step |error| (median, p90) and the sim / real - 1 of output-tok
 mean TTFT and mean TPOT, for the profiled model, the roofline of the same machine and a second
 real run (the noise floor: real vs real). One torch thread, timed with this thread's CPU time
 (other processes do not count), each real step the median of ``--repeats`` timings.
+
+A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
+processes contend for the caches and memory, which this thread's CPU time does not hide), so
+each model is profiled a second time after its runs: ``drift`` is the median (and largest)
+|second / first - 1| of the two profiles' prices of the same steps (decode batches of 1..16
+sequences over 64..512-token contexts, and single prefills of 16..512 tokens), printed per
+model: the floor of a profile against runs taken minutes apart.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,6 +64,13 @@ def workloads(rate: float, bs: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def drift_shapes() -> list[BatchShape]:
+    """The steps the two profiles of a model are compared on (module docstring)."""
+    decode = [BatchShape.decode(s, c) for s in range(1, 17) for c in (64, 128, 256, 512)]
+    prefill = [BatchShape.from_chunks([(t, 0)]) for t in (16, 32, 64, 128, 256, 512)]
+    return decode + prefill
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--models", nargs="+", default=["tiny-llama", "small-llama", "llama-110m"])
@@ -75,6 +90,7 @@ def main() -> None:
     for col in ("throughput", "TTFT", "TPOT"):
         table.add_column(col, justify="right")
     results: list[dict[str, Any]] = []
+    drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             cfg = ProfileConfig(
@@ -128,9 +144,17 @@ def main() -> None:
                         pair("ttft_error"),
                         pair("tpot_error"),
                     )
+            again = profile(cfg)
+            first, second = (ProfiledCost(q, spec, args.block_sizes[0]) for q in (prof, again))
+            rel = [abs(second.step_time(x) / first.step_time(x) - 1) for x in drift_shapes()]
+            drift[model] = {"median": statistics.median(rel), "max": max(rel)}
     console.print(table)
+    for model, d in drift.items():
+        console.print(
+            f"{model}: profile vs profile (drift) median {d['median']:.1%}, max {d['max']:.1%}"
+        )
     if args.json:
-        atomic_write_json(args.json, {"results": results})
+        atomic_write_json(args.json, {"results": results, "drift": drift})
 
 
 if __name__ == "__main__":

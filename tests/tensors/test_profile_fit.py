@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
@@ -31,7 +33,7 @@ def test_a_fitted_curve_is_valid_and_the_isotonic_fit_of_the_means(
     order = sorted(means)
     expected = isotonic([means[x] for x in order])
     assert np.allclose([c.at(x) for x in order], expected, rtol=1e-9, atol=1e-15)
-    if all(means[a] <= means[b] for a, b in zip(order, order[1:], strict=False)):
+    if all(means[a] <= means[b] for a, b in itertools.pairwise(order)):
         assert np.allclose([c.at(x) for x in order], [means[x] for x in order], atol=1e-15)
 
 
@@ -43,7 +45,7 @@ def test_isotonic_is_the_nearest_nondecreasing_sequence(ys: list[float]) -> None
     ys with one order-breaking pair pooled."""
     z = isotonic(ys)
     assert len(z) == len(ys)
-    assert all(a <= b for a, b in zip(z, z[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(z))
     assert np.isclose(sum(z), sum(ys), rtol=1e-9, atol=1e-12)
 
     def cost(v: list[float]) -> float:
@@ -101,9 +103,7 @@ def test_a_line_curve_is_valid_and_recovers_a_line(a: float, b: float, xs: list[
 
 @settings(max_examples=100, deadline=None)
 @given(
-    points=st.lists(
-        st.tuples(st.integers(0, 10**4), st.floats(0, 1.0)), min_size=1, max_size=12
-    )
+    points=st.lists(st.tuples(st.integers(0, 10**4), st.floats(0, 1.0)), min_size=1, max_size=12)
 )
 def test_a_line_curve_of_noisy_points_is_valid(points: list[tuple[int, float]]) -> None:
     xs, ys = zip(*points, strict=True)

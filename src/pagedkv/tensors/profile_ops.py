@@ -295,5 +295,6 @@ def points(cfg: ProfileConfig) -> int:
     per_bs = decode + 4  # decode points, swap points
     tokens = _dense_grid(top)
     embedding = sum(t <= EMBEDDING_TOKENS for t in tokens)
-    fixed = len(tokens) + embedding + len(_dense_grid(cfg.max_seqs)) + prefill + 3 + 3  # mixed, rates
+    rows = len(_dense_grid(cfg.max_seqs))
+    fixed = len(tokens) + embedding + rows + prefill + 3 + 3  # mixed, rates
     return fixed + per_bs * len(cfg.block_sizes)
