@@ -109,3 +109,25 @@ def test_a_line_curve_of_noisy_points_is_valid(points: list[tuple[int, float]]) 
     xs, ys = zip(*points, strict=True)
     fitted = line_curve(list(xs), list(ys))
     Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(st.integers(0, 10**5), st.floats(-1e-3, 1.0, allow_nan=False)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_curve_that_may_fall_keeps_the_means(points: list[tuple[int, float]]) -> None:
+    """``monotone=False``: valid for ``Curve(monotone=False)``, the mean measured at each x
+    kept, but the last raised to its predecessor's if below it."""
+    xs, ys = zip(*points, strict=True)
+    fitted = curve(list(xs), list(ys), monotone=False)
+    c = Curve(tuple(fitted["x"]), tuple(fitted["y"]), monotone=False).check("c")
+    means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
+    order = sorted(means)
+    for x in order[:-1]:
+        assert np.isclose(c.at(x), means[x], rtol=1e-12, atol=1e-15)
+    last = [means[x] for x in order[-2:]]
+    assert np.isclose(c.at(order[-1]), max(last), rtol=1e-12, atol=1e-15)

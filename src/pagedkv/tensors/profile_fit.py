@@ -6,6 +6,8 @@
   points that break the order replaced by its mean; a GEMM over 3 rows can take longer than
   over 4, and a running maximum would charge 4..8 rows what 3 cost), with a point at x = 0
   extrapolated from the first two (clamped to [0, first]).
+  ``monotone=False`` (the token and row curves, ``Curve.monotone``) keeps the measured means,
+  only the last point raised to its predecessor if below it.
 * ``isotonic``: pool adjacent violators (least squares under y nondecreasing).
 * ``line_curve``: measured points -> the ``Curve`` dict of one nonnegative least-squares line
   a + b x (a term known to be linear, measured as the difference of two noisy timings);
@@ -21,14 +23,17 @@ from typing import Any
 import numpy as np
 
 
-def curve(xs: Sequence[int], ys: Sequence[float]) -> dict[str, list[Any]]:
+def curve(xs: Sequence[int], ys: Sequence[float], monotone: bool = True) -> dict[str, list[Any]]:
     pts = sorted(zip((int(x) for x in xs), (float(max(y, 0.0)) for y in ys), strict=True))
     sums: dict[int, list[float]] = {}
     for x, y in pts:  # repeated x: their mean
         sums.setdefault(x, []).append(y)
     x_out = sorted(sums)
     y_out = [float(np.mean(sums[x])) for x in x_out]
-    y_out = isotonic(y_out)
+    if monotone:
+        y_out = isotonic(y_out)
+    elif len(y_out) >= 2 and y_out[-1] < y_out[-2]:  # the last line, extended, must not fall
+        y_out[-1] = y_out[-2]
     if x_out[0] != 0:
         if len(x_out) >= 2:
             slope = (y_out[1] - y_out[0]) / (x_out[1] - x_out[0])

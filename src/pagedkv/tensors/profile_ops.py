@@ -191,7 +191,7 @@ class OperatorBench:
                 embed_t.append(max(whole - held * layer, 0.0))
         # a gather and a norm, linear in the tokens: a line through the differences of two
         # timings (their noise would otherwise stay in a running maximum)
-        return curve(xs, layer_t), line_curve(xs[: len(embed_t)], embed_t)
+        return curve(xs, layer_t, monotone=False), line_curve(xs[: len(embed_t)], embed_t)
 
     def lm_head(self) -> dict[str, Any]:
         xs, ys = [], []
@@ -199,7 +199,7 @@ class OperatorBench:
             x = self.randn(s, self.config.hidden_size)
             xs.append(s)
             ys.append(self.timer(lambda: self.model.logits(x)))  # noqa: B023
-        return curve(xs, ys)
+        return curve(xs, ys, monotone=False)
 
     def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]]) -> float:
         """Time ``paged_attention`` on sequences of (query, context) over scattered blocks."""
