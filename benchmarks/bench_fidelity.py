@@ -15,13 +15,22 @@ evaluated ones are seeded apart from the profile's calibration runs):
 * ``recompute`` / ``swap``: all arrivals at once into 640 token slots, so preemption happens.
 
 Per run: the per-step |error| (median, p90) and the sim / real - 1 of output-token throughput,
-mean TTFT and mean TPOT, for the profiled model and for the roofline of the same machine.
-One torch thread, timed with this thread's CPU time (other processes do not count).
+mean TTFT and mean TPOT, for the profiled model, the roofline of the same machine and a second
+real run (the noise floor: real vs real). One torch thread, timed with this thread's CPU time
+(other processes do not count), each real step the median of ``--repeats`` timings.
+
+A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
+processes contend for the caches and memory, which this thread's CPU time does not hide), so
+each model is profiled a second time after its runs: ``drift`` is the median (and largest)
+|second / first - 1| of the two profiles' prices of the same steps (decode batches of 1..16
+sequences over 64..512-token contexts, and single prefills of 16..512 tokens), printed per
+model: the floor of a profile against runs taken minutes apart.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -55,21 +64,33 @@ def workloads(rate: float, bs: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def drift_shapes() -> list[BatchShape]:
+    """The steps the two profiles of a model are compared on (module docstring)."""
+    decode = [BatchShape.decode(s, c) for s in range(1, 17) for c in (64, 128, 256, 512)]
+    prefill = [BatchShape.from_chunks([(t, 0)]) for t in (16, 32, 64, 128, 256, 512)]
+    return decode + prefill
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--models", nargs="+", default=["tiny-llama", "small-llama", "llama-110m"])
     parser.add_argument("--block-sizes", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--budget-s", type=float, default=30.0)
+    parser.add_argument("--workloads", nargs="+", default=None)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
-    console = Console(width=140)
-    table = Table(title="simulated vs real: profiled | roofline (same machine, same runs)")
+    console = Console(width=180)
+    table = Table(
+        title="simulated vs real: profiled | roofline | real again (same machine, same runs)"
+    )
     for col in ("model", "workload", "bs", "iters real/sim", "step med", "step p90"):
         table.add_column(col)
     for col in ("throughput", "TTFT", "TPOT"):
         table.add_column(col, justify="right")
     results: list[dict[str, Any]] = []
+    drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             cfg = ProfileConfig(
@@ -85,35 +106,55 @@ def main() -> None:
             rate = 0.5 * 8 / (step8 * 36)  # half of what decode batches of 8 sustain
             for bs in args.block_sizes:
                 for name, flags in workloads(rate, bs).items():
+                    if args.workloads and name not in args.workloads:
+                        continue
                     run = fidelity(
                         FidelityConfig(
                             model=model,
                             profile=str(path),
                             num_requests=args.requests,
                             block_size=bs,
+                            repeats=args.repeats,
+                            noise_floor=True,
                             **flags,
                         )
                     )
-                    p, r = run["summary"], run["roofline"]
+                    p, r, n = run["summary"], run["roofline"], run["noise"]
                     results.append({"model": model, "workload": name, "block_size": bs, **run})
 
-                    def pair(key: str, p: Any = p, r: Any = r) -> str:
-                        return f"{p[key]:+.1%} | {r[key]:+.1%}"
+                    def pair(key: str, p: Any = p, r: Any = r, n: Any = n) -> str:
+                        return f"{p[key]:+.1%} | {r[key]:+.1%} | {n[key]:+.1%}"
+
+                    def step(key: str, p: Any = p, r: Any = r, n: Any = n) -> str:
+                        floor = n["step_error"][key]
+                        floor_text = "-" if floor is None else f"{floor:.0%}"
+                        return (
+                            f"{p['step_error'][key]:.0%} | {r['step_error'][key]:.0%} | "
+                            + floor_text
+                        )
 
                     table.add_row(
                         model,
                         name,
                         str(bs),
                         f"{p['iterations_real']}/{p['iterations_sim']}",
-                        f"{p['step_error']['median']:.0%} | {r['step_error']['median']:.0%}",
-                        f"{p['step_error']['p90']:.0%} | {r['step_error']['p90']:.0%}",
+                        step("median"),
+                        step("p90"),
                         pair("throughput_error"),
                         pair("ttft_error"),
                         pair("tpot_error"),
                     )
+            again = profile(cfg)
+            first, second = (ProfiledCost(q, spec, args.block_sizes[0]) for q in (prof, again))
+            rel = [abs(second.step_time(x) / first.step_time(x) - 1) for x in drift_shapes()]
+            drift[model] = {"median": statistics.median(rel), "max": max(rel)}
     console.print(table)
+    for model, d in drift.items():
+        console.print(
+            f"{model}: profile vs profile (drift) median {d['median']:.1%}, max {d['max']:.1%}"
+        )
     if args.json:
-        atomic_write_json(args.json, {"results": results})
+        atomic_write_json(args.json, {"results": results, "drift": drift})
 
 
 if __name__ == "__main__":

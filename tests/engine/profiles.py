@@ -9,12 +9,19 @@ from pagedkv.engine.profile import SHAPE_FIELDS, Profile
 from pagedkv.models.models import ModelSpec
 
 
-def _curve(rng: random.Random, scale: float, xs: list[int]) -> dict[str, list[Any]]:
+def _curve(
+    rng: random.Random, scale: float, xs: list[int], monotone: bool = True
+) -> dict[str, list[Any]]:
+    """Nondecreasing, or (``monotone=False``) rising and falling, never below 0, its last line
+    not falling (``Curve.monotone``)."""
     y = rng.uniform(0, scale)
     ys = []
     for _ in xs:
         ys.append(y)
-        y += rng.choice([0.0, rng.uniform(0, scale)])
+        low = 0.0 if monotone else -scale
+        y = max(y + rng.choice([0.0, rng.uniform(low, scale)]), 0.0)
+    if len(ys) >= 2:
+        ys[-1] = max(ys[-1], ys[-2])
     return {"x": xs, "y": ys}
 
 
@@ -24,8 +31,9 @@ def _points(rng: random.Random, top: int) -> list[int]:
 
 
 def profile_dict(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> dict[str, Any]:
-    """A valid profile of ``model``'s shapes at ``block_sizes``, with random nondecreasing
-    curves whose points fall inside the windows the engine builds."""
+    """A valid profile of ``model``'s shapes at ``block_sizes``, with random curves (the
+    context curves nondecreasing, the token and row curves rising and falling) whose points
+    fall inside the windows the engine builds."""
     rng = random.Random(seed)
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}[model.dtype_bytes]
     return {
@@ -42,9 +50,9 @@ def profile_dict(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> dic
         "per_iteration_s": rng.uniform(1e-4, 3e-3),
         "per_sequence_s": rng.uniform(0, 1e-5),
         "per_token_s": rng.uniform(0, 1e-6),
-        "embedding": _curve(rng, 1e-5, _points(rng, 600)),
-        "linear": _curve(rng, 3e-4, _points(rng, 600)),
-        "lm_head": _curve(rng, 1e-4, _points(rng, 60)),
+        "embedding": _curve(rng, 1e-5, _points(rng, 600), monotone=False),
+        "linear": _curve(rng, 3e-4, _points(rng, 600), monotone=False),
+        "lm_head": _curve(rng, 1e-4, _points(rng, 60), monotone=False),
         "prefill_attention": {
             "per_call_s": rng.uniform(0, 1e-5),
             "per_sequence_s": rng.uniform(0, 1e-5),

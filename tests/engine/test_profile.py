@@ -123,3 +123,24 @@ def test_load_rejects_bad_files(tmp_path: Path, text: str) -> None:
     assert err.value.field == "profile"
     with pytest.raises(ConfigError):
         load_profile(tmp_path / "missing.json")
+
+
+def test_token_curves_may_fall_context_curves_may_not() -> None:
+    """A GEMM over 3 rows can take longer than over 4: the token and row curves may fall
+    between points (never on their last line); a decode window's context curve may not."""
+    data = copy.deepcopy(profile_dict(OPT, [16], 1))
+    wavy = {"x": [0, 3, 4, 8], "y": [1e-4, 3e-4, 2e-4, 4e-4]}
+    for name in ("linear", "lm_head", "embedding"):
+        data[name] = wavy
+    loaded = Profile.from_dict(data)
+    assert loaded.linear.at(4) < loaded.linear.at(3)
+    assert Profile.from_dict(loaded.to_dict()) == loaded
+    falling_last = copy.deepcopy(data)
+    falling_last["linear"] = {"x": [0, 3, 4], "y": [1e-4, 3e-4, 2e-4]}
+    with pytest.raises(ConfigError) as err:
+        Profile.from_dict(falling_last)
+    assert err.value.field == "profile.linear.y"
+    data["decode_attention"]["16"]["context"] = wavy
+    with pytest.raises(ConfigError) as err:
+        Profile.from_dict(data)
+    assert err.value.field == "profile.decode_attention.16.context.y"

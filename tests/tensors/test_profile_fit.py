@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
 
 from pagedkv.engine.profile import Curve
-from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+from pagedkv.tensors.profile_fit import curve, isotonic, line_curve, nonnegative_lstsq
 
 
 @settings(max_examples=100, deadline=None)
@@ -18,18 +20,46 @@ from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
         max_size=12,
     )
 )
-def test_a_fitted_curve_is_valid_and_never_below_a_measurement(
+def test_a_fitted_curve_is_valid_and_the_isotonic_fit_of_the_means(
     points: list[tuple[int, float]],
 ) -> None:
-    """Valid for the cost model (from 0, increasing x, nondecreasing y >= 0); at each measured
-    x at least the mean measured there; at the last one the largest of those means."""
+    """Valid for the cost model (from 0, increasing x, nondecreasing y >= 0); at the measured
+    x the isotonic fit of the mean measured at each (exactly the means where they are in
+    order)."""
     xs, ys = zip(*points, strict=True)
     fitted = curve(list(xs), list(ys))
     c = Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid
     means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
-    for x, m in means.items():
-        assert c.at(x) >= m - 1e-12
-    assert np.isclose(c.at(max(xs)), max(means.values()))
+    order = sorted(means)
+    expected = isotonic([means[x] for x in order])
+    assert np.allclose([c.at(x) for x in order], expected, rtol=1e-9, atol=1e-15)
+    if all(means[a] <= means[b] for a, b in itertools.pairwise(order)):
+        assert np.allclose([c.at(x) for x in order], [means[x] for x in order], atol=1e-15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ys=st.lists(st.floats(0, 1.0), min_size=1, max_size=15))
+def test_isotonic_is_the_nearest_nondecreasing_sequence(ys: list[float]) -> None:
+    """Nondecreasing, the same total, and no farther (least squares) from ys than other
+    nondecreasing sequences: the running maximum, the sorted values, the constant mean, and
+    ys with one order-breaking pair pooled."""
+    z = isotonic(ys)
+    assert len(z) == len(ys)
+    assert all(a <= b for a, b in itertools.pairwise(z))
+    assert np.isclose(sum(z), sum(ys), rtol=1e-9, atol=1e-12)
+
+    def cost(v: list[float]) -> float:
+        return float(sum((a - b) ** 2 for a, b in zip(v, ys, strict=True)))
+
+    others = [
+        list(np.maximum.accumulate(ys)),
+        sorted(ys),
+        [float(np.mean(ys))] * len(ys),
+    ]
+    for v in others:
+        assert cost(z) <= cost(v) + 1e-12
+    if ys == sorted(ys):
+        assert z == ys
 
 
 @settings(max_examples=100, deadline=None)
@@ -55,3 +85,49 @@ def test_nonnegative_lstsq_drops_a_negative_coefficient() -> None:
     intercept, slope = nonnegative_lstsq(a, y)
     assert slope == 0.0
     assert intercept > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    a=st.floats(0, 1e-2),
+    b=st.floats(0, 1e-4),
+    xs=st.lists(st.integers(1, 4096), min_size=2, max_size=12, unique=True),
+)
+def test_a_line_curve_is_valid_and_recovers_a_line(a: float, b: float, xs: list[int]) -> None:
+    """Exact points of a + b x (a, b >= 0) come back as that line, a valid curve."""
+    fitted = line_curve(xs, [a + b * x for x in xs])
+    c = Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")
+    for x in [0, *xs, 2 * max(xs)]:
+        assert np.isclose(c.at(x), a + b * x, rtol=1e-6, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(st.tuples(st.integers(0, 10**4), st.floats(0, 1.0)), min_size=1, max_size=12)
+)
+def test_a_line_curve_of_noisy_points_is_valid(points: list[tuple[int, float]]) -> None:
+    xs, ys = zip(*points, strict=True)
+    fitted = line_curve(list(xs), list(ys))
+    Curve(tuple(fitted["x"]), tuple(fitted["y"])).check("c")  # raises if invalid
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(st.integers(0, 10**5), st.floats(-1e-3, 1.0, allow_nan=False)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_curve_that_may_fall_keeps_the_means(points: list[tuple[int, float]]) -> None:
+    """``monotone=False``: valid for ``Curve(monotone=False)``, the mean measured at each x
+    kept, but the last raised to its predecessor's if below it."""
+    xs, ys = zip(*points, strict=True)
+    fitted = curve(list(xs), list(ys), monotone=False)
+    c = Curve(tuple(fitted["x"]), tuple(fitted["y"]), monotone=False).check("c")
+    means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
+    order = sorted(means)
+    for x in order[:-1]:
+        assert np.isclose(c.at(x), means[x], rtol=1e-12, atol=1e-15)
+    last = [means[x] for x in order[-2:]]
+    assert np.isclose(c.at(order[-1]), max(last), rtol=1e-12, atol=1e-15)

@@ -135,3 +135,36 @@ def test_profile_command_writes_a_loadable_file(tmp_path: Path) -> None:
     argv = ["profile", "--model", "tiny-llama", "--block-size", "16", "32", "--out", str(out)]
     assert main([*argv, "--budget-s", "0.2", "--max-tokens", "16", "--max-seqs", "4"]) == 0
     assert load_profile(out).block_sizes == (16, 32)
+
+
+def test_fidelity_reports_the_noise_floor_of_a_second_real_run(tiny_profile: Path) -> None:
+    """All arrivals at t = 0: the second real run schedules what the first did, step for step,
+    so every step is compared; its errors are real against real."""
+    from pagedkv.tensors.fidelity import fidelity
+
+    run = fidelity(
+        FidelityConfig(
+            model="tiny-llama",
+            profile=str(tiny_profile),
+            num_requests=5,
+            num_gpu_blocks=24,
+            preemption_mode="swap",
+            repeats=2,
+            noise_floor=True,
+        )
+    )
+    noise = run["noise"]
+    assert noise["iterations_agree"]
+    assert noise["step_error"]["steps"] == noise["iterations_real"] == run["real"]["iterations"]
+    assert noise["step_error"]["p90"] >= noise["step_error"]["median"] >= 0
+    assert run["real_again"]["iterations"] == run["real"]["iterations"]
+    assert all(isinstance(noise[k], float) for k in FIDELITY_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"), [({"repeats": 0}, "repeats"), ({"noise_floor": 1}, "noise_floor")]
+)
+def test_fidelity_config_rejects(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        FidelityConfig(profile="p.json", **kwargs)
+    assert err.value.field == field

@@ -72,11 +72,15 @@ def _mapping(field: str, value: object) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Curve:
-    """A nondecreasing piecewise-linear function of a count: ``y[i]`` at ``x[i]`` (``x[0] = 0``,
-    strictly increasing ints), straight lines between, the last line extended beyond."""
+    """A piecewise-linear function of a count: ``y[i]`` at ``x[i]`` (``x[0] = 0``, strictly
+    increasing ints), straight lines between, the last line extended beyond (so it never falls:
+    a price never goes below 0). ``monotone``: nondecreasing everywhere, as the K/V context
+    curves must be (a decode window's reads grow a round); the token and row curves need not
+    be (a GEMM over 3 rows can take longer than over 4), their arguments fixed in a window."""
 
     x: tuple[int, ...]
     y: tuple[float, ...]
+    monotone: bool = True
 
     def check(self, field: str) -> Curve:
         if len(self.x) < 2 or len(self.x) != len(self.y):
@@ -87,8 +91,10 @@ class Curve:
             raise ConfigError(f"{field}.x", list(self.x), "must start at 0 and increase")
         for i, y in enumerate(self.y):
             _seconds(f"{field}.y[{i}]", y)
-        if any(b < a for a, b in zip(self.y, self.y[1:], strict=False)):
+        if self.monotone and any(b < a for a, b in zip(self.y, self.y[1:], strict=False)):
             raise ConfigError(f"{field}.y", list(self.y), "must be nondecreasing (seconds)")
+        if self.y[-1] < self.y[-2]:
+            raise ConfigError(f"{field}.y", list(self.y), "must not fall on its last line")
         return self
 
     def segment(self, x: int) -> int:
@@ -106,12 +112,12 @@ class Curve:
         return a + b * x
 
     @classmethod
-    def read(cls, field: str, value: object) -> Curve:
+    def read(cls, field: str, value: object, monotone: bool = True) -> Curve:
         data = _mapping(field, value)
         xs, ys = data.get("x"), data.get("y")
         if not isinstance(xs, list) or not isinstance(ys, list):
             raise ConfigError(field, value, "must be {'x': [counts], 'y': [seconds]}")
-        return cls(tuple(xs), tuple(ys)).check(field)
+        return cls(tuple(xs), tuple(ys), monotone).check(field)
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {"x": list(self.x), "y": list(self.y)}
@@ -300,9 +306,9 @@ class Profile:
             per_iteration_s=_seconds("profile.per_iteration_s", d["per_iteration_s"], True),
             per_sequence_s=_seconds("profile.per_sequence_s", d["per_sequence_s"]),
             per_token_s=_seconds("profile.per_token_s", d["per_token_s"]),
-            embedding=Curve.read("profile.embedding", d["embedding"]),
-            linear=Curve.read("profile.linear", d["linear"]),
-            lm_head=Curve.read("profile.lm_head", d["lm_head"]),
+            embedding=Curve.read("profile.embedding", d["embedding"], monotone=False),
+            linear=Curve.read("profile.linear", d["linear"], monotone=False),
+            lm_head=Curve.read("profile.lm_head", d["lm_head"], monotone=False),
             prefill_attention=_read_scalars(
                 PrefillAttention, "profile.prefill_attention", d["prefill_attention"]
             ),

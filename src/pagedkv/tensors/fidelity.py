@@ -14,6 +14,11 @@ Errors, each defined once here (sim = simulated, real = measured):
   throughput and of mean TTFT, TPOT and end-to-end latency (``pagedkv.engine.metrics``);
 * iterations_real, iterations_sim: the runs' iteration counts; iterations_agree: whether the
   two runs computed the same sequence of batch shapes.
+
+Each real step is timed ``repeats`` times, its median its duration (``Repeated``). With
+``noise_floor`` the real workload runs a second time and ``noise`` holds the same errors of
+that run against the first (the step error over the steps both ran alike, in order): what the
+measurement itself does not repeat, the floor under every figure above.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig
 from pagedkv.tensors.profile_ops import DTYPES
-from pagedkv.tensors.profile_runs import Recorder, roofline_of, workload
+from pagedkv.tensors.profile_runs import Recorder, Repeated, roofline_of, workload
 from pagedkv.tensors.profiler import check_device, device_clock, torch_threads
 from pagedkv.workloads.spec import RequestSpec
 
@@ -94,16 +99,26 @@ def _errors(
     sim: dict[str, float],
     real_steps: list[Any],
     sim_steps: list[Any],
-    cost: CostModel,
+    cost: CostModel | None,
 ) -> dict[str, Any]:
+    """The errors of ``sim`` against ``real``; per step, the cost model's price of each real
+    step, or (``cost`` None: ``sim`` is a second real run) the other run's time of the same
+    step, over the leading steps both runs ran alike."""
     step = []
-    for shape, swapped, measured in real_steps:
-        predicted = cost.step_time(shape) + (cost.swap_time(swapped) if swapped else 0.0)
-        step.append(abs(predicted - measured) / measured)
+    if cost is None:
+        for (shape, swapped, measured), (shape2, swapped2, other) in zip(real_steps, sim_steps):  # noqa: B905
+            if (shape, swapped) != (shape2, swapped2):
+                break
+            step.append(abs(other - measured) / measured)
+    else:
+        for shape, swapped, measured in real_steps:
+            predicted = cost.step_time(shape) + (cost.swap_time(swapped) if swapped else 0.0)
+            step.append(abs(predicted - measured) / measured)
     out: dict[str, Any] = {
-        "step_error": {
-            "median": statistics.median(step),
-            "p90": float(np.percentile(step, 90)),
+        "step_error": {  # None: no step to compare (a second run that differed at once)
+            "median": statistics.median(step) if step else None,
+            "p90": float(np.percentile(step, 90)) if step else None,
+            "steps": len(step),
         },
         "iterations_real": int(real["iterations"]),
         "iterations_sim": int(sim["iterations"]),
@@ -149,7 +164,8 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         clock, _ = device_clock(cfg.device, threads)
         model = Decoder.random(config, seed=cfg.seed, dtype=DTYPES[profile.dtype], device=device)
         runs = []
-        for warm in (True, False):  # a warm-up run first: first calls allocate and build
+        # a warm-up run first: first calls allocate and build
+        for warm in (True, False, *([False] if cfg.noise_floor else [])):
             engine = build_real_engine(
                 model,
                 specs[:4] if warm else specs,
@@ -161,10 +177,10 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
             )
             assert isinstance(engine.executor, TorchExecutor)
             engine.executor.clock = clock
-            recorder = Recorder(engine.executor)
+            recorder = Recorder(Repeated(engine.executor, cfg.repeats))
             engine.executor = recorder
             runs.append((_metrics(engine), recorder.steps))
-    real, real_steps = runs[-1]
+    real, real_steps = runs[1]
     costs: dict[str, CostModel] = {
         "profiled": ProfiledCost(profile, spec, cfg.block_size),
         "roofline": roofline_of(
@@ -179,6 +195,10 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         ),
     }
     out: dict[str, Any] = {"real": real, "profile_source": dict(profile.source)}
+    if cfg.noise_floor:
+        again, again_steps = runs[2]
+        out["real_again"] = again
+        out["noise"] = _errors(real, again, real_steps, again_steps, None)
     for name, cost in costs.items():
         engine, recorder = _sim(cfg, sched, specs, cost)
         sim = _metrics(engine)

@@ -70,21 +70,23 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
 
     result = fidelity(FidelityConfig(**_values(args, FidelityConfig)))
     table = Table(title="simulated / real - 1 (per-step: |error|)")
-    for col in ("metric", "profiled", "roofline"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    p, r = result["summary"], result["roofline"]
-    table.add_row(
-        "step error median", f"{p['step_error']['median']:.1%}", f"{r['step_error']['median']:.1%}"
-    )
-    table.add_row(
-        "step error p90", f"{p['step_error']['p90']:.1%}", f"{r['step_error']['p90']:.1%}"
-    )
+    parts = {"profiled": result["summary"], "roofline": result["roofline"]}
+    if "noise" in result:
+        parts["real again (noise)"] = result["noise"]
+    table.add_column("metric", justify="left")
+    for col in parts:
+        table.add_column(col, justify="right")
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    for q in ("median", "p90"):
+        table.add_row(f"step error {q}", *(pct(e["step_error"][q]) for e in parts.values()))
     for name in ("throughput", "ttft", "tpot", "e2e"):
-        table.add_row(f"{name} error", f"{p[name + '_error']:+.1%}", f"{r[name + '_error']:+.1%}")
+        table.add_row(f"{name} error", *(f"{e[name + '_error']:+.1%}" for e in parts.values()))
     table.add_row(
         "iterations (real / sim)",
-        f"{p['iterations_real']} / {p['iterations_sim']}",
-        f"{r['iterations_real']} / {r['iterations_sim']}",
+        *(f"{e['iterations_real']} / {e['iterations_sim']}" for e in parts.values()),
     )
     Console(width=100).print(table)
     if args.json:

@@ -89,6 +89,16 @@ class FidelityConfig:
     max_num_batched_tokens: int | None = help_field(None, "Token budget of one iteration.")
     enable_prefix_caching: bool = help_field(False, "Reuse cached full blocks of equal prefixes.")
     seed: int = help_field(1, "Seed of the weights and the workload.")
+    repeats: int = help_field(
+        3,
+        "Timings of each real step, the median its duration (>= 1; a step that swaps or copies "
+        "blocks runs once: its copies are not idempotent).",
+    )
+    noise_floor: bool = help_field(
+        False,
+        "Run the real workload a second time and report its errors against the first under "
+        "`noise` (the measurement's own repeatability: the floor of every error).",
+    )
 
     def __post_init__(self) -> None:
         _check_device(self.device)
@@ -110,6 +120,8 @@ class FidelityConfig:
         if self.max_num_batched_tokens is not None:
             check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         check_int("seed", self.seed, 0)
+        check_int("repeats", self.repeats, 1)
+        check_bool("noise_floor", self.noise_floor)
         from pagedkv.engine.policies import SCHEDULERS
 
         if self.scheduler not in SCHEDULERS:

@@ -20,7 +20,7 @@ from pagedkv.tensors.kv_cache import PagedKVCache
 from pagedkv.tensors.model import Decoder, ModelInput
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import ProfileConfig
-from pagedkv.tensors.profile_fit import curve, nonnegative_lstsq
+from pagedkv.tensors.profile_fit import curve, line_curve, nonnegative_lstsq
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -72,11 +72,23 @@ class Timer:
 
 
 def _grid(top: int, start: int = 1) -> list[int]:
+    """Powers of two from ``start`` below ``top``, and ``top``: a GEMM's time bends between
+    them (the curves interpolate linearly)."""
     out, x = [], start
     while x < top:
         out.append(x)
-        x *= 4 if x >= 64 else 2
+        x *= 2
     return [*out, top]
+
+
+DENSE_UP_TO = 16
+"""Token and row counts timed one by one up to here (decode batches): a GEMM's kernel and
+blocking change with the row count, so its time is not linear between powers of two there."""
+
+
+def _dense_grid(top: int) -> list[int]:
+    """Every count up to ``DENSE_UP_TO`` (and ``top``), then ``_grid``'s points beyond."""
+    return sorted({*range(1, min(top, DENSE_UP_TO) + 1), *_grid(top)})
 
 
 EMBEDDING_TOKENS = 256
@@ -163,7 +175,7 @@ class OperatorBench:
         held = self.config.num_layers
         cache = self.cache(-(-self.max_tokens // bs) + 1, bs, layers=held)
         xs, layer_t, embed_t = [], [], []
-        for t in _grid(self.max_tokens):
+        for t in _dense_grid(self.max_tokens):
             inp = self.tokens_input(t, cache)
             x = self.randn(t, self.config.hidden_size) * 0.02
             p = self.bare.layers[0]
@@ -177,15 +189,17 @@ class OperatorBench:
             if t <= EMBEDDING_TOKENS:
                 whole = self.timer(lambda: self.bare(inp, cache))  # noqa: B023
                 embed_t.append(max(whole - held * layer, 0.0))
-        return curve(xs, layer_t), curve(xs[: len(embed_t)], embed_t)
+        # a gather and a norm, linear in the tokens: a line through the differences of two
+        # timings (their noise would otherwise stay in a running maximum)
+        return curve(xs, layer_t, monotone=False), line_curve(xs[: len(embed_t)], embed_t)
 
     def lm_head(self) -> dict[str, Any]:
         xs, ys = [], []
-        for s in _grid(self.cfg.max_seqs):
+        for s in _dense_grid(self.cfg.max_seqs):
             x = self.randn(s, self.config.hidden_size)
             xs.append(s)
             ys.append(self.timer(lambda: self.model.logits(x)))  # noqa: B023
-        return curve(xs, ys)
+        return curve(xs, ys, monotone=False)
 
     def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]]) -> float:
         """Time ``paged_attention`` on sequences of (query, context) over scattered blocks."""
@@ -279,7 +293,8 @@ def points(cfg: ProfileConfig) -> int:
         if q + c <= spec.max_model_len
     )
     per_bs = decode + 4  # decode points, swap points
-    tokens = _grid(top)
+    tokens = _dense_grid(top)
     embedding = sum(t <= EMBEDDING_TOKENS for t in tokens)
-    fixed = len(tokens) + embedding + len(_grid(cfg.max_seqs)) + prefill + 3 + 3  # mixed, rates
+    rows = len(_dense_grid(cfg.max_seqs))
+    fixed = len(tokens) + embedding + rows + prefill + 3 + 3  # mixed, rates
     return fixed + per_bs * len(cfg.block_sizes)

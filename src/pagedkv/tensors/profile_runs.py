@@ -4,6 +4,8 @@ executor wrapper that records every step, the calibration runs, and a roofline o
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,24 @@ class Recorder:
         swapped = len(batch.swap_out) + len(batch.swap_in)
         self.steps.append((batch_shape(batch), swapped, result.duration))
         return result
+
+
+class Repeated:
+    """Wraps a ``TorchExecutor``: runs each step ``repeats`` times and reports the median time
+    (the result of the first run). Running a step again recomputes what it wrote (the same K/V
+    into the same slots, the same seeded samples), so only steps that swap or copy blocks,
+    whose copies may read what another copy of the step wrote, run once."""
+
+    def __init__(self, inner: Any, repeats: int) -> None:
+        self.inner, self.repeats = inner, repeats
+
+    def execute(self, batch: SchedulerOutput) -> StepResult:
+        result: StepResult = self.inner.execute(batch)
+        if self.repeats == 1 or batch.swap_in or batch.swap_out or batch.copies:
+            return result
+        times = [result.duration]
+        times += [self.inner.execute(batch).duration for _ in range(self.repeats - 1)]
+        return dataclasses.replace(result, duration=statistics.median(times))
 
 
 def workload(
