@@ -39,7 +39,9 @@ def slow_unless_zero(point: tuple[int, str]) -> int:
     """Point 0 returns at once; the others note their pid, then run for a minute."""
     index, folder = point
     if index:
-        (Path(folder) / f"{index}.pid").write_text(str(os.getpid()), encoding="utf-8")
+        part = Path(folder) / f"{index}.part"  # renamed whole: a reader never sees it empty
+        part.write_text(str(os.getpid()), encoding="utf-8")
+        os.replace(part, part.with_suffix(".pid"))
         time.sleep(60)
     return index
 
