@@ -127,7 +127,9 @@ def test_a_curve_that_may_fall_keeps_the_means(points: list[tuple[int, float]]) 
     c = Curve(tuple(fitted["x"]), tuple(fitted["y"]), monotone=False).check("c")
     means = {x: float(np.mean([max(y, 0.0) for x2, y in points if x2 == x])) for x in xs}
     order = sorted(means)
+    # (``at`` interpolates: at a knot 10^5 tokens out, the product of slope and offset rounds
+    # to about 1e-11 of the value, so the knots hold to the project's 1e-9.)
     for x in order[:-1]:
-        assert np.isclose(c.at(x), means[x], rtol=1e-12, atol=1e-15)
+        assert np.isclose(c.at(x), means[x], rtol=1e-9, atol=1e-12)
     last = [means[x] for x in order[-2:]]
-    assert np.isclose(c.at(order[-1]), max(last), rtol=1e-12, atol=1e-15)
+    assert np.isclose(c.at(order[-1]), max(last), rtol=1e-9, atol=1e-12)
