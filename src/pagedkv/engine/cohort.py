@@ -49,14 +49,15 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), no
-    request waits or is swapped out, and no per-token times are asked for (a cohort never
-    visits a member between its join and its finish)."""
+    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), nothing
+    is swapped out, and no per-token times are asked for (a cohort never visits a member
+    between its join and its finish). Requests may wait: the policy's ``plan_round`` says at
+    each event what the next round does with them."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
-        and not sched.has_queued()
+        and not sched.swapped
         and not sched.has_groups
         and not sched.has_token_ids
         and not engine.followups
@@ -104,6 +105,8 @@ class Cohort:
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
         self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
+        self.wait_time = self.wait_alloc = 0.0  # the time and allocated slots' part of rounds
+        # in which a request waited
 
     @property
     def rounds(self) -> int:
@@ -111,12 +114,26 @@ class Cohort:
         return self.done
 
     # ----- the loop ----------------------------------------------------------------------------
-    def run(self) -> None:
-        """Run to the cohort's end, then bring every member up to date."""
-        self._join(self.engine.scheduler.running)
+    def run(self) -> bool:
+        """Run to the cohort's end, then bring every member up to date. False, having only
+        handed the arrivals to the scheduler, if memory is no longer plain or requests wait
+        and the policy plans no round for them (``Scheduler.plan_round``)."""
+        eng = self.engine
+        sched = eng.scheduler
+        eng.admit_arrivals()  # (what the engine's next round does first)
+        if not plain(eng):
+            return False
+        decoding = list(sched.running)  # (before the plan's admissions join them)
+        plan = sched.plan_round() if sched.waiting else None
+        if sched.waiting and plan is None:
+            return False
+        self._join(decoding)
+        if plan is not None and not plan.decodes:
+            self._admission(plan.admitted)
         self._loop()
         self._sync()
         self._flush()
+        return True
 
     def _loop(self) -> None:
         """The events, one window of decode rounds to the next (the module docstring's sums,
@@ -126,16 +143,29 @@ class Cohort:
         decode_curve = self.cost.decode_curve
         books, advance_rounds, advance_clock = kv.books, kv.advance_rounds, ledger.advance
         bs, checked = self.bs, eng.check_integrity
-        arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
+        sched = eng.scheduler
+        plan_round = sched.plan_round
+        arrival = eng.next_arrival  # changes only when arrivals are handed over
         while True:
             if arrival is not None and arrival <= ledger.now:
-                if not self._admit():
-                    return
+                eng.admit_arrivals()
                 arrival = eng.next_arrival
-                continue
-            if not finishes:  # nobody decodes
-                if arrival is None:
+                # Of ``plain``, an arrival can change only these two (``add_request`` sets
+                # them); without token ids an admission shares no block.
+                if sched.has_groups or sched.has_token_ids:
                     return
+            waiting = bool(sched.waiting)
+            if waiting:  # the policy's round: admissions, else a decode of every member
+                plan = plan_round()
+                if plan is None:
+                    return
+                if not plan.decodes:
+                    self._admission(plan.admitted)
+                    continue
+                waiting = bool(sched.waiting)
+            if not finishes:  # nobody decodes
+                if arrival is None or waiting:
+                    return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, a = len(members), self.done
@@ -174,6 +204,11 @@ class Cohort:
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
+                if waiting:
+                    self.wait_time += total
+                    self.wait_alloc += alloc
+                if n > self.max_running:
+                    self.max_running = n
                 self.seq_rounds += n * k
                 self.done = a + k
                 advance_clock(total)
@@ -219,22 +254,12 @@ class Cohort:
         if self.engine.check_integrity:
             self.kv.check_integrity()
 
-    def _admit(self) -> bool:
-        """Hand the arrivals to the scheduler and run its admission round; False: the cohort
-        must end (someone still waits, or memory is no longer plain)."""
+    def _admission(self, batch: SchedulerOutput) -> None:
+        """Run the policy's admission round (its slots allocated already): priced by shape,
+        accounted at the books after it, its requests' counters applied; those it leaves
+        decoding join."""
         eng = self.engine
         sched = eng.scheduler
-        eng.admit_arrivals()
-        if not sched.waiting:
-            return True  # every arrival was rejected
-        # Of ``plain``, an arrival can change only these two (``add_request`` sets them); and
-        # without token ids an admission shares no block, so memory stays plain after it.
-        if sched.has_groups or sched.has_token_ids:
-            return False
-        batch = sched.admit_only()  # it reads the free blocks: exact, growth included
-        if batch is None:
-            return False
-        queued = sched.has_queued()
         chunks = batch.chunks  # one sequence each: no groups in a cohort
         if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
             duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
@@ -245,29 +270,28 @@ class Cohort:
         tokens, reservation, internal = self.kv.books()
         alloc = tokens + reservation + internal
         running = len(sched.running)
-        if queued or eng.check_integrity:
+        if eng.check_integrity:
+            queued = sched.has_queued()
             capacity = self.kv.capacity
-            slots = categories(capacity, tokens, reservation, internal, queued)
-            if eng.check_integrity:
-                MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
-                self.kv.check_integrity()
-        if queued:  # the cohort's last round: its unallocated slots are external fragmentation
-            eng.ledger.add(Span.of_slots(duration, slots, running, len(chunks), self.saved))
-        else:
-            if running > self.max_running:
-                self.max_running = running
-            self.admissions += 1
-            self.admitted_running += running
-            self.admitted_seqs += len(chunks)
-            self.time += duration
-            self.token_time += duration * tokens
-            self.alloc_time += duration * alloc
-            self.internal_time += duration * internal
+            # every category >= 0, their sum the capacity
+            MemoryUsage(capacity, *categories(capacity, tokens, reservation, internal, queued))
+            self.kv.check_integrity()
+        if running > self.max_running:
+            self.max_running = running
+        self.admissions += 1
+        self.admitted_running += running
+        self.admitted_seqs += len(chunks)
+        self.time += duration
+        self.token_time += duration * tokens
+        self.alloc_time += duration * alloc
+        self.internal_time += duration * internal
+        if sched.waiting:  # its unallocated slots are external fragmentation
+            self.wait_time += duration
+            self.wait_alloc += duration * alloc
         eng.apply(batch, duration)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
             self._join(joined)
-        return not queued
 
     def _duration(self, batch: SchedulerOutput) -> float:
         """What ``SimExecutor.execute`` says of an admission round (no swap in it, so the cost
@@ -291,14 +315,13 @@ class Cohort:
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
         """Add the cohort's rounds to the engine's totals: one span (nothing waits in it)."""
-        weighted = level_integrals(
-            self.kv.capacity,
-            self.time,
-            self.token_time,
-            self.alloc_time,
-            self.internal_time,
-            waiting=False,
-        )
+        capacity = self.kv.capacity
+        tokens, internal, alloc = self.token_time, self.internal_time, self.alloc_time
+        # Unallocated slots: external fragmentation in rounds where a request waited, free
+        # in the others.
+        external = capacity * self.wait_time - self.wait_alloc
+        free = capacity * (self.time - self.wait_time) - (alloc - self.wait_alloc)
+        weighted = (tokens, alloc - tokens - internal, internal, external, free)
         span = Span(
             self.done + self.admissions,
             self.time,

@@ -74,12 +74,15 @@ class FastForward:
             # a window assumes is a run of identical rounds. Step round by round instead.
             return
         while True:
-            if cohort.plain(eng):  # one lazy window through every finish and arrival to come
+            if cohort.plain(eng):  # one lazy window through every event to come
+                queued = sched.has_queued()
                 run = cohort.Cohort(eng, self.cost, self.prices)
-                run.run()
-                self.windows += run.windows
-                self.rounds += run.rounds
-                return
+                if run.run():
+                    self.windows += run.windows
+                    self.rounds += run.rounds
+                    return
+                if not queued and sched.has_queued():
+                    return  # an arrival into an empty queue: the scheduler may admit it
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():
                 return

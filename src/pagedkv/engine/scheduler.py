@@ -70,6 +70,15 @@ class SchedulerOutput:
         return not self.chunks
 
 
+class RoundPlan(NamedTuple):
+    """The part of the next round a policy decides from its queues and the books alone
+    (``Scheduler.plan_round``): the chunks it admits, and whether the round also decodes every
+    running request (blocks short for that round: the scheduler's to preempt)."""
+
+    admitted: SchedulerOutput
+    decodes: bool
+
+
 class Scheduler(abc.ABC):
     """Queues, admission at arrival (reject what can never fit), finishing, preemption."""
 
@@ -216,12 +225,13 @@ class Scheduler(abc.ABC):
         that knows its own rules can promise it; the default never does."""
         return False
 
-    def admit_only(self) -> SchedulerOutput | None:
-        """The next round, if it is a prefill-only admission round that reads and changes no
-        running request (only the waiting queue, the allocator's free blocks and the running
-        count): then the fast-forward's decode cohort, whose running requests' counters and
-        block tables lag behind, can run it without syncing them first. None, changing
-        nothing, otherwise; the default never promises it."""
+    def plan_round(self) -> RoundPlan | None:
+        """The next round as far as it reads no running request's counters, tables or
+        blocks (only the queues, the running count and the allocator's free blocks): its
+        admissions (allocated now, as ``schedule`` would) and whether every running request
+        also decodes once in it. The decode cohort, whose running requests lag behind, runs
+        such a round without syncing them. None, changing nothing, where the policy cannot
+        promise it; the default never does."""
         return None
 
     # ----- helpers for policies -----------------------------------------------------------

@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, KVAllocator
 from pagedkv.memory.manager import KVCacheManager
@@ -26,6 +29,8 @@ class VllmScheduler(Scheduler):
     name = "vllm"
     decides_at_events = True  # tested fast against reference (tests/engine)
     preempts = True
+    # The admission test ``plan_round`` may run (one that reads no running request).
+    books_admission: ClassVar[Callable[..., bool]] = Scheduler._can_admit
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
@@ -75,19 +80,22 @@ class VllmScheduler(Scheduler):
             return False
         return self._can_admit(head, n)
 
-    def admit_only(self) -> SchedulerOutput | None:
-        """Without chunked prefill and with nothing swapped, ``schedule`` first admits the
-        waiting prompts; if any fit the round is prefill-only: this is that round. (The
-        admission test reads the free blocks and the running count, no running request; a
-        subclass with an admission test of its own, such as ``reserve``'s, which reads what
-        the running requests still owe, gets no promise.)"""
-        if self.config.enable_chunked_prefill or self.swapped or not self.waiting:
+    def plan_round(self) -> RoundPlan | None:
+        """Without chunked prefill, with nothing swapped and no group: ``schedule`` first
+        admits the waiting prompts first-come-first-served; if any fit the round is
+        prefill-only (these admissions), else it decodes every running request (``_decode_all``,
+        or a preemption where blocks run short). The admission test reads the free blocks and
+        the running count, no running request; a subclass with a test of its own promises
+        nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
+        of the books)."""
+        if self.config.enable_chunked_prefill or self.swapped or self.has_groups:
             return None
-        if type(self)._can_admit is not Scheduler._can_admit:
+        if type(self)._can_admit is not type(self).books_admission:
             return None
         out = SchedulerOutput()
-        self._admit_waiting(out, self.config.token_budget, chunked=False)
-        return out if out.chunks else None
+        if self.waiting:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+        return RoundPlan(out, not out.chunks)
 
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
