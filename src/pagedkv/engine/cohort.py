@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
-    from pagedkv.engine.scheduler import SchedulerOutput
 
 
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
@@ -89,7 +89,9 @@ class Cohort:
         self.bs = kv.block_size
         self.done = 0  # decode rounds run
         self.members: dict[Request, Member] = {}
-        self.finishes: list[tuple[int, float, int, Request]] = []  # (round, arrival key, req)
+        # (round, arrival key, req, member): a heap; an entry whose member left (preempted)
+        # is dropped when it comes up
+        self.finishes: list[tuple[int, float, int, Request, Member]] = []
         self.sum_join = 0
         self.sum_tokens = 0
         # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
@@ -145,35 +147,41 @@ class Cohort:
         bs, checked = self.bs, eng.check_integrity
         sched = eng.scheduler
         plan_round = sched.plan_round
+        growth_victim = sched.growth_victim
         arrival = eng.next_arrival  # changes only when arrivals are handed over
+        preempted = False  # victims just left: the round they made room for runs next
         while True:
-            if arrival is not None and arrival <= ledger.now:
-                eng.admit_arrivals()
-                arrival = eng.next_arrival
-                # Of ``plain``, an arrival can change only these two (``add_request`` sets
-                # them); without token ids an admission shares no block.
-                if sched.has_groups or sched.has_token_ids:
-                    return
-            waiting = bool(sched.waiting)
-            if waiting:  # the policy's round: admissions, else a decode of every member
-                plan = plan_round()
-                if plan is None:
-                    return
-                if not plan.decodes:
-                    self._admission(plan.admitted)
-                    continue
+            if preempted:  # that round is a decode of every member left (schedule's)
+                waiting = True  # (the victims)
+            else:
+                if arrival is not None and arrival <= ledger.now:
+                    eng.admit_arrivals()
+                    arrival = eng.next_arrival
+                    # Of ``plain``, an arrival can change only these two (``add_request``
+                    # sets them); without token ids an admission shares no block.
+                    if sched.has_groups or sched.has_token_ids:
+                        return
                 waiting = bool(sched.waiting)
+                if waiting:  # the policy's round: admissions, else a decode of every member
+                    plan = plan_round()
+                    if plan is None:
+                        return
+                    if not plan.decodes:
+                        self._admission(plan.admitted)
+                        continue
+            while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
+                heapq.heappop(finishes)  # a member preempted since
             if not finishes:  # nobody decodes
                 if arrival is None or waiting:
                     return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, a = len(members), self.done
-            k = finishes[0][0] - a  # to the next finish (>= 1)
+            k = 1 if preempted else finishes[0][0] - a  # to the next finish (>= 1)
             curve = decode_curve(n, self.sum_tokens + n * a - self.sum_join)
             sums = curve.sums(k)
-            if arrival is not None and arrival - ledger.now <= sums[0]:  # it falls in round <= k
-                k, sums = curve.reach(arrival - ledger.now)
+            if arrival is not None and arrival - ledger.now <= sums[0] and not preempted:
+                k, sums = curve.reach(arrival - ledger.now)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
             tokens_now, reservation, internal_now = books()
@@ -215,8 +223,14 @@ class Cohort:
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
                     kv.check_integrity()
+            preempted = False
             if short:
-                return
+                victim = growth_victim()
+                if victim is None:
+                    return  # (the scheduler preempts)
+                self._preempt(victim)
+                preempted = True
+                continue
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
                 self._finish()
 
@@ -230,8 +244,8 @@ class Cohort:
             outputs = req.num_output_tokens
             left = req.output_len - outputs
             tokens = req.num_computed_tokens
-            members[req] = _new(Member, (d, tokens, outputs, left))
-            push(finishes, (d + left, req.arrival_time, req.request_id, req))
+            member = members[req] = _new(Member, (d, tokens, outputs, left))
+            push(finishes, (d + left, req.arrival_time, req.request_id, req, member))
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
         self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
@@ -243,7 +257,9 @@ class Cohort:
         group = []
         pop = heapq.heappop
         while finishes and finishes[0][0] == d:
-            req = pop(finishes)[3]
+            _, _, _, req, member = pop(finishes)
+            if members.get(req) is not member:
+                continue  # preempted since
             join, tokens, outputs, left = members.pop(req)
             req.num_computed_tokens = tokens + left
             req.num_output_tokens = outputs + left
@@ -253,6 +269,31 @@ class Cohort:
         self.engine.finish(group)
         if self.engine.check_integrity:
             self.kv.check_integrity()
+
+    def _preempt(self, victim: Request) -> None:
+        """The next decode round's new blocks do not all fit: the policy's victims (from
+        ``victim`` on) leave, counters up to date, and are preempted until the others' do (a
+        decode round short of blocks takes its victims until the rest fit: those left decode
+        in it, the round ``_loop`` runs next)."""
+        sched = self.engine.scheduler
+        kv, members = self.kv, self.members
+        out = SchedulerOutput()
+        while True:
+            join, tokens, outputs, _ = members.pop(victim)
+            lag = self.done - join
+            victim.num_computed_tokens = tokens + lag
+            victim.num_output_tokens = outputs + lag
+            self.sum_join -= join
+            self.sum_tokens -= tokens
+            sched.preempt(victim, out)  # (its blocks freed, growth's included)
+            if kv.rounds_that_fit() != 0 or not members:
+                break
+            got = sched.growth_victim()
+            assert got is not None, "a policy that preempted one preempts the next"
+            victim = got
+        self.ledger.preempted(len(out.preempted), 0, 0)
+        if self.engine.check_integrity:
+            kv.check_integrity()
 
     def _admission(self, batch: SchedulerOutput) -> None:
         """Run the policy's admission round (its slots allocated already): priced by shape,

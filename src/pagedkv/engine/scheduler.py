@@ -234,6 +234,18 @@ class Scheduler(abc.ABC):
         promise it; the default never does."""
         return None
 
+    def growth_victim(self) -> Request | None:
+        """Whom the policy preempts first when a decode round of every running request is
+        short of blocks for their new tokens, if it promises that the victim's preemption
+        (``preempt``) reads and changes no other running request and leaves nothing swapped,
+        and that it takes victims until the others' blocks fit. None, changing nothing,
+        otherwise; the default never promises it."""
+        return None
+
+    def preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        """Preempt ``victim`` (the policy's rule for how) into ``out``."""
+        self._preempt(victim, out)
+
     # ----- helpers for policies -----------------------------------------------------------
     def _reject(self, req: Request, reason: str) -> bool:
         req.status = RequestStatus.REJECTED

@@ -97,6 +97,18 @@ class VllmScheduler(Scheduler):
             self._admit_waiting(out, self.config.token_budget, chunked=False)
         return RoundPlan(out, not out.chunks)
 
+    def growth_victim(self) -> Request | None:
+        """The latest arrived running request (``_victim``: a decode round that runs short
+        schedules its requests in arrival order and takes victims off the end), when it is
+        recomputed (a swap would leave it swapped). Without groups: a group's mode may differ."""
+        if (
+            not self.running
+            or self.has_groups
+            or self.config.preemption_mode is not PreemptionMode.RECOMPUTE
+        ):
+            return None
+        return self.running[-1]
+
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
             self._admit_waiting(out, self.config.token_budget, chunked=False)
