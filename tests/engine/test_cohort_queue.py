@@ -118,9 +118,9 @@ def test_plans_keep_their_promises(
 ) -> None:
     """Stepping every round, with ``plan_round``'s admissions run in place of ``schedule``'s
     whenever it plans some, gives the same run as ``schedule`` alone; where it plans a decode,
-    ``schedule`` admits nobody and every running request decodes once, or requests are
-    preempted: ``growth_victim`` first, then the next latest, off the end of the running
-    requests. (Only a policy that opts in is held to them: the fast path reads them only
+    ``schedule`` admits nobody and every running request decodes once (and, if the plan
+    resumes, swapped requests oldest first), or requests are preempted: ``growth_victim``
+    first, then the next latest, off the end of the running requests. (Only a policy that opts in is held to them: the fast path reads them only
     then.)"""
     kw: dict[str, Any] = {
         "block_size": block_size,
@@ -136,6 +136,7 @@ def test_plans_keep_their_promises(
 
     def planned() -> SchedulerOutput:
         before = list(sched.running)
+        swapped = list(sched.swapped)
         victim = sched.growth_victim()
         plan = sched.plan_round()
         if plan is None:
@@ -143,13 +144,19 @@ def test_plans_keep_their_promises(
         if not plan.decodes:
             return plan.admitted
         out = schedule()
-        assert not out.swap_in
-        assert all(c.request in before for c in out.chunks)
-        if out.preempted and victim is not None:
-            assert out.preempted == before[::-1][: len(out.preempted)]
-            assert out.preempted[0] is victim
-        if not out.preempted:
-            assert [c.request for c in out.chunks] == before
+        decoded = [c.request for c in out.chunks if c.request in before]
+        resumed = [c.request for c in out.chunks if c.request not in before]
+        assert all(c.num_new_tokens == 1 for c in out.chunks)
+        if out.preempted:  # victims off the end; nobody resumed in that round
+            assert not resumed
+            assert not out.swap_in
+            if victim is not None:
+                assert out.preempted == before[::-1][: len(out.preempted)]
+                assert out.preempted[0] is victim
+        else:
+            assert decoded == before
+            assert resumed == swapped[: len(resumed)]  # the oldest swapped first
+            assert plan.resumes or not resumed
         return out
 
     sched.schedule = planned  # type: ignore[method-assign]

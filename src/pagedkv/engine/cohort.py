@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pagedkv.engine.engine import Engine
 
 
+_SWAPPED = RequestStatus.SWAPPED
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
 _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one member per request)
 
@@ -57,7 +58,6 @@ def plain(engine: Engine) -> bool:
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
-        and not sched.swapped
         and not sched.has_groups
         and not sched.has_token_ids
         and not engine.followups
@@ -126,20 +126,18 @@ class Cohort:
         if not plain(eng):
             return False
         decoding = list(sched.running)  # (before the plan's admissions join them)
-        plan = sched.plan_round() if sched.waiting else None
-        if sched.waiting and plan is None:
+        plan = sched.plan_round() if sched.has_queued() else None
+        if plan is None and sched.has_queued():
             return False
         self._join(decoding)
-        if plan is not None and not plan.decodes:
-            self._admission(plan.admitted)
-        self._loop()
+        self._loop(plan)
         self._sync()
         self._flush()
         return True
 
-    def _loop(self) -> None:
+    def _loop(self, plan: RoundPlan | None) -> None:
         """The events, one window of decode rounds to the next (the module docstring's sums,
-        inlined: this is the cohort's hot path)."""
+        inlined: this is the cohort's hot path); ``plan``: the next round's, made already."""
         eng, ledger = self.engine, self.ledger
         finishes, kv, members = self.finishes, self.kv, self.members
         decode_curve = self.cost.decode_curve
@@ -150,6 +148,9 @@ class Cohort:
         growth_victim = sched.growth_victim
         arrival = eng.next_arrival  # changes only when arrivals are handed over
         preempted = False  # victims just left: the round they made room for runs next
+        swap_cost = 0.0  # what swapping them out adds to that round
+        replan = True  # an event since the last plan (a plan holds until the next)
+        resume = False  # the next round resumes swapped requests after its decode
         while True:
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
@@ -157,18 +158,27 @@ class Cohort:
                 if arrival is not None and arrival <= ledger.now:
                     eng.admit_arrivals()
                     arrival = eng.next_arrival
+                    replan = True
                     # Of ``plain``, an arrival can change only these two (``add_request``
                     # sets them); without token ids an admission shares no block.
                     if sched.has_groups or sched.has_token_ids:
                         return
-                waiting = bool(sched.waiting)
-                if waiting:  # the policy's round: admissions, else a decode of every member
-                    plan = plan_round()
+                waiting = bool(sched.waiting or sched.swapped)
+                if plan is not None or (waiting and replan):
+                    # the policy's round: admissions, else a decode of every member (and
+                    # resumptions after it)
                     if plan is None:
-                        return
+                        plan = plan_round()
+                        if plan is None:
+                            return
+                    replan = False
                     if not plan.decodes:
                         self._admission(plan.admitted)
+                        plan, replan = None, True
                         continue
+                    resume = plan.resumes
+                    plan = None
+                    waiting = bool(sched.waiting or sched.swapped)
             while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
                 heapq.heappop(finishes)  # a member preempted since
             if not finishes:  # nobody decodes
@@ -177,10 +187,12 @@ class Cohort:
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, a = len(members), self.done
-            k = 1 if preempted else finishes[0][0] - a  # to the next finish (>= 1)
-            curve = decode_curve(n, self.sum_tokens + n * a - self.sum_join)
+            one = preempted or resume  # a round of its own
+            k = 1 if one else finishes[0][0] - a  # to the next finish (>= 1)
+            context = self.sum_tokens + n * a - self.sum_join
+            curve = decode_curve(n, context)
             sums = curve.sums(k)
-            if arrival is not None and arrival - ledger.now <= sums[0] and not preempted:
+            if arrival is not None and arrival - ledger.now <= sums[0] and not one:
                 k, sums = curve.reach(arrival - ledger.now)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
@@ -192,6 +204,18 @@ class Cohort:
             if short:
                 k = window.k
                 sums = curve.sums(k)
+            elif resume:
+                resume = False
+                out = SchedulerOutput()
+                sched.resume(out)
+                if out.chunks:  # this round is theirs too: priced and accounted whole
+                    self._resumed(out, n, context)
+                    if finishes and finishes[0][0] == self.done:
+                        self._finish()
+                    replan = True  # (a resumed request may have finished too)
+                    continue
+            elif preempted and swap_cost:
+                sums = (sums[0] + swap_cost, sums[1])  # (one round: its moment is 0)
             if k > 0:  # decode rounds a+1 .. a+k (no one finishes before the last)
                 total, moment = sums  # sum of d_j and of j d_j over j = 0..k-1 (round a+1+j)
                 tokens = (tokens_now + n) * total + n * moment
@@ -223,16 +247,17 @@ class Cohort:
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
                     kv.check_integrity()
-            preempted = False
+            preempted = resume = False
             if short:
                 victim = growth_victim()
                 if victim is None:
                     return  # (the scheduler preempts)
-                self._preempt(victim)
-                preempted = True
+                swap_cost = self._preempt(victim)
+                preempted = replan = True
                 continue
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
                 self._finish()
+                replan = True
 
     def _join(self, reqs: list[Request]) -> None:
         """``reqs`` decode from the next round on (each one's pending token is its only one);
@@ -270,11 +295,12 @@ class Cohort:
         if self.engine.check_integrity:
             self.kv.check_integrity()
 
-    def _preempt(self, victim: Request) -> None:
+    def _preempt(self, victim: Request) -> float:
         """The next decode round's new blocks do not all fit: the policy's victims (from
         ``victim`` on) leave, counters up to date, and are preempted until the others' do (a
         decode round short of blocks takes its victims until the rest fit: those left decode
-        in it, the round ``_loop`` runs next)."""
+        in it, the round ``_loop`` runs next). Returns what swapping victims out adds to that
+        round's duration."""
         sched = self.engine.scheduler
         kv, members = self.kv, self.members
         out = SchedulerOutput()
@@ -291,9 +317,55 @@ class Cohort:
             got = sched.growth_victim()
             assert got is not None, "a policy that preempted one preempts the next"
             victim = got
-        self.ledger.preempted(len(out.preempted), 0, 0)
+        assert members, "the oldest request fits alone"
+        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
         if self.engine.check_integrity:
             kv.check_integrity()
+        return self.cost.swap_time(len(out.swap_out)) if out.swap_out else 0.0
+
+    def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
+        """The decode round just taken by the ``n`` members (their tokens before it:
+        ``context``) also resumed swapped requests, each computing its next token: the round
+        is priced as one decode of them all plus the swap-ins, and accounted at the books
+        after it (as ``_admission``)."""
+        eng = self.engine
+        chunks = out.chunks
+        m = len(chunks)
+        cached = sum(c.num_cached_tokens for c in chunks)
+        duration = self.cost.decode_curve(n + m, context + cached).sums(1)[0]
+        duration += self.cost.swap_time(len(out.swap_in))
+        self.done += 1  # the members' round
+        self.windows += 1
+        self.seq_rounds += n + m
+        if n + m > self.max_running:
+            self.max_running = n + m
+        self._account(duration, len(eng.scheduler.running))
+        eng.apply(out, duration)
+        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if joined:
+            self._join(joined)
+
+    def _account(self, duration: float, running: int) -> None:
+        """A round of ``duration`` at the books as they are now (its allocations made)."""
+        sched = self.engine.scheduler
+        tokens, reservation, internal = self.kv.books()
+        alloc = tokens + reservation + internal
+        if self.engine.check_integrity:
+            queued = sched.has_queued()
+            capacity = self.kv.capacity
+            # every category >= 0, their sum the capacity
+            MemoryUsage(capacity, *categories(capacity, tokens, reservation, internal, queued))
+            self.kv.check_integrity()
+        if running > self.max_running:
+            self.max_running = running
+        self.time += duration
+        self.token_time += duration * tokens
+        self.alloc_time += duration * alloc
+        self.internal_time += duration * internal
+        if sched.waiting or sched.swapped:  # its unallocated slots are external fragmentation
+            self.wait_time += duration
+            self.wait_alloc += duration * alloc
 
     def _admission(self, batch: SchedulerOutput) -> None:
         """Run the policy's admission round (its slots allocated already): priced by shape,
@@ -308,27 +380,11 @@ class Cohort:
                 duration = self._duration(batch)
         else:
             duration = self._duration(batch)
-        tokens, reservation, internal = self.kv.books()
-        alloc = tokens + reservation + internal
         running = len(sched.running)
-        if eng.check_integrity:
-            queued = sched.has_queued()
-            capacity = self.kv.capacity
-            # every category >= 0, their sum the capacity
-            MemoryUsage(capacity, *categories(capacity, tokens, reservation, internal, queued))
-            self.kv.check_integrity()
-        if running > self.max_running:
-            self.max_running = running
+        self._account(duration, running)
         self.admissions += 1
         self.admitted_running += running
         self.admitted_seqs += len(chunks)
-        self.time += duration
-        self.token_time += duration * tokens
-        self.alloc_time += duration * alloc
-        self.internal_time += duration * internal
-        if sched.waiting:  # its unallocated slots are external fragmentation
-            self.wait_time += duration
-            self.wait_alloc += duration * alloc
         eng.apply(batch, duration)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)

@@ -72,11 +72,14 @@ class SchedulerOutput:
 
 class RoundPlan(NamedTuple):
     """The part of the next round a policy decides from its queues and the books alone
-    (``Scheduler.plan_round``): the chunks it admits, and whether the round also decodes every
-    running request (blocks short for that round: the scheduler's to preempt)."""
+    (``Scheduler.plan_round``): the chunks it admits, whether the round also decodes every
+    running request (blocks short for that round: the scheduler's to preempt), and whether,
+    after that decode, it resumes swapped requests (``Scheduler.resume``; the rounds after it
+    resume nobody until the next event)."""
 
     admitted: SchedulerOutput
     decodes: bool
+    resumes: bool = False
 
 
 class Scheduler(abc.ABC):
@@ -241,6 +244,11 @@ class Scheduler(abc.ABC):
         and that it takes victims until the others' blocks fit. None, changing nothing,
         otherwise; the default never promises it."""
         return None
+
+    def resume(self, out: SchedulerOutput) -> None:
+        """The resumptions a plan's ``resumes`` promised, into ``out``: swapped requests
+        brought back after the round's decode took its blocks, each with its next token."""
+        raise NotImplementedError(f"{self.name} plans no resumption")
 
     def preempt(self, victim: Request, out: SchedulerOutput) -> None:
         """Preempt ``victim`` (the policy's rule for how) into ``out``."""

@@ -88,8 +88,10 @@ class VllmScheduler(Scheduler):
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
         of the books)."""
-        if self.config.enable_chunked_prefill or self.swapped or self.has_groups:
+        if self.config.enable_chunked_prefill or self.has_groups:
             return None
+        if self.swapped:  # no admission: a decode, then resumptions while they fit
+            return RoundPlan(SchedulerOutput(), True, True)
         if type(self)._can_admit is not type(self).books_admission:
             return None
         out = SchedulerOutput()
@@ -99,15 +101,17 @@ class VllmScheduler(Scheduler):
 
     def growth_victim(self) -> Request | None:
         """The latest arrived running request (``_victim``: a decode round that runs short
-        schedules its requests in arrival order and takes victims off the end), when it is
-        recomputed (a swap would leave it swapped). Without groups: a group's mode may differ."""
-        if (
-            not self.running
-            or self.has_groups
-            or self.config.preemption_mode is not PreemptionMode.RECOMPUTE
-        ):
+        schedules its requests in arrival order and takes victims off the end). Without
+        groups (a group's mode may differ)."""
+        if not self.running or self.has_groups:
             return None
         return self.running[-1]
+
+    def resume(self, out: SchedulerOutput) -> None:
+        """``_swap_in`` (after the decode round's appends, as ``_schedule_v0`` does): it reads
+        the swapped queue, the running count and the free blocks. Its room test leaves each
+        resumed request a block for its next token, so none is preempted for it."""
+        self._swap_in(out)
 
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
