@@ -120,8 +120,8 @@ def test_plans_keep_their_promises(
     whenever it plans some, gives the same run as ``schedule`` alone; where it plans a decode,
     ``schedule`` admits nobody and every running request decodes once (and, if the plan
     resumes, swapped requests oldest first), or requests are preempted: ``growth_victim``
-    first, then the next latest, off the end of the running requests. (Only a policy that opts in is held to them: the fast path reads them only
-    then.)"""
+    first, then the next latest, off the end of the running requests. (Only a policy that
+    opts in is held to them: the fast path reads them only then.)"""
     kw: dict[str, Any] = {
         "block_size": block_size,
         "num_gpu_blocks": blocks_tokens // block_size,

@@ -32,9 +32,10 @@ import heapq
 from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.engine.batch_shape import BatchShape
-from pagedkv.engine.ledger import Span, level_integrals
+from pagedkv.engine.ledger import Span
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
+from pagedkv.errors import IntegrityError
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -246,7 +247,7 @@ class Cohort:
                 advance_clock(total)
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
-                    kv.check_integrity()
+                    self._check()
             preempted = resume = False
             if short:
                 victim = growth_victim()
@@ -293,7 +294,7 @@ class Cohort:
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
-            self.kv.check_integrity()
+            self._check()
 
     def _preempt(self, victim: Request) -> float:
         """The next decode round's new blocks do not all fit: the policy's victims (from
@@ -321,7 +322,7 @@ class Cohort:
         swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
         self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
         if self.engine.check_integrity:
-            kv.check_integrity()
+            self._check()
         return self.cost.swap_time(len(out.swap_out)) if out.swap_out else 0.0
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
@@ -356,7 +357,7 @@ class Cohort:
             capacity = self.kv.capacity
             # every category >= 0, their sum the capacity
             MemoryUsage(capacity, *categories(capacity, tokens, reservation, internal, queued))
-            self.kv.check_integrity()
+            self._check()
         if running > self.max_running:
             self.max_running = running
         self.time += duration
@@ -442,3 +443,11 @@ class Cohort:
         self.members.clear()
         if self.engine.check_integrity:
             self.kv.check_integrity()
+
+    def _check(self) -> None:
+        """The books hold, and every member's memory grows in them (the engine's integrity
+        hook, at every event: tests)."""
+        self.kv.check_integrity()
+        lost = [r.request_id for r in self.members if not self.kv.is_growing(r.seq_ids[0])]
+        if lost:
+            raise IntegrityError(f"members whose memory no longer grows: {lost[:10]}")

@@ -246,6 +246,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
             growth.add(seq_id, table)
 
+    def is_growing(self, seq_id: SeqId) -> bool:
+        """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
+        return seq_id in self._growth.seqs
+
     def rounds_that_fit(self) -> int | None:
         """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
         return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
