@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from pagedkv.engine.cost_model import UnitCost
 from pagedkv.engine.metrics import request_record
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.policies.vllm import VllmScheduler
+from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.test_cohort import count_schedules
@@ -164,3 +166,41 @@ def test_plans_keep_their_promises(
     ref = run(True, workload, ROOFLINE, scheduler=scheduler, **kw)
     same(ref[1], [request_record(r) for r in result.requests])
     same(ref[2:4], (result.deadlocked, result.stuck))
+
+
+class OwnRounds(VllmScheduler):
+    """Promises the fast path's contract, but builds its rounds its own way."""
+
+    name = "test-own-rounds"
+    decides_at_events = True
+
+    def schedule(self) -> SchedulerOutput:
+        return super().schedule()
+
+
+class OwnAdmission(VllmScheduler):
+    """Admits by a test of its own (README's example): the plan would restate the wrong one."""
+
+    name = "test-own-admission"
+    decides_at_events = True
+
+    def _can_admit(self, req: Request, num_tokens: int) -> bool:
+        return len(self.running) < 4 and super()._can_admit(req, num_tokens)
+
+
+def test_a_subclass_with_rounds_of_its_own_gets_no_plan() -> None:
+    """``plan_round`` and ``growth_victim`` restate vllm's rounds: a subclass that changes how
+    a round is built gets neither, one with an admission test of its own gets no plan (its
+    victims are still vllm's), while vllm itself, in the same state, gets both."""
+    workload = [RequestSpec(i, 100, 100, 0.0) for i in range(12)]
+    cases = (("vllm", True, True), (OwnRounds.name, False, False), (OwnAdmission.name, False, True))
+    with registered(OwnRounds, OwnAdmission):
+        for name, plans, victims in cases:
+            engine = make_engine(name, workload, cost=ROOFLINE, num_gpu_blocks=30, watermark=0.0)
+            engine.admit_arrivals()
+            sched = engine.scheduler
+            engine.step(sched.schedule())  # the first admissions; the rest wait
+            assert sched.waiting
+            assert sched.running
+            assert (sched.growth_victim() is not None) == victims
+            assert (sched.plan_round() is not None) == plans

@@ -88,7 +88,7 @@ class VllmScheduler(Scheduler):
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
         of the books)."""
-        if self.config.enable_chunked_prefill or self.has_groups:
+        if self.config.enable_chunked_prefill or self.has_groups or not self._mirrored():
             return None
         if self.swapped:  # no admission: a decode, then resumptions while they fit
             return RoundPlan(SchedulerOutput(), True, True)
@@ -103,9 +103,17 @@ class VllmScheduler(Scheduler):
         """The latest arrived running request (``_victim``: a decode round that runs short
         schedules its requests in arrival order and takes victims off the end). Without
         groups (a group's mode may differ)."""
-        if not self.running or self.has_groups:
+        if not self.running or self.has_groups or not self.preempts:
+            return None
+        if not self._mirrored() or type(self)._preempt is not VllmScheduler._preempt:
             return None
         return self.running[-1]
+
+    def _mirrored(self) -> bool:
+        """Are the rounds those of this class's ``schedule``, which the promises above
+        restate? A subclass that changes how a round is built promises nothing."""
+        cls = type(self)
+        return all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
 
     def resume(self, out: SchedulerOutput) -> None:
         """``_swap_in`` (after the decode round's appends, as ``_schedule_v0`` does): it reads
@@ -194,3 +202,16 @@ class VllmScheduler(Scheduler):
                 victim.beam.restart()
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
+
+
+# What ``plan_round``, ``growth_victim`` and ``resume`` restate of a v0 round.
+_MIRRORED = (
+    "schedule",
+    "_schedule_v0",
+    "_admit_waiting",
+    "_decode_running",
+    "_decode_all",
+    "_append",
+    "_victim",
+    "_swap_in",
+)
