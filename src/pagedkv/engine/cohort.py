@@ -1,29 +1,35 @@
-"""The decode cohort: one lazy window through every finish and arrival to the next memory event.
+"""The decode cohort: the event loop over lazy decoding requests, the scheduler asked at events.
 
 While memory is *plain* (paged, every used block held by one sequence, no groups, no token ids,
-no follow-ups) and nothing waits, a run is decode rounds, finishes and arrivals, each arrival
-admitted by a prefill-only round (``Scheduler.admit_only``). The cohort runs all of it without
-touching the running requests one by one: each *member* keeps the counters it had when it
-joined (round ``join``) and is brought up to date only when it finishes, or when the cohort
-ends (a memory event or a queue: the scheduler takes over); its memory grows in the books
+no follow-ups), a run is decode rounds between events: finishes, arrivals, and the round whose
+new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
+each *member* keeps the counters it had when it joined (round ``join``) and is brought up to
+date only when it finishes, is preempted, or the cohort ends; its memory grows in the books
 (``KVCacheManager.grow``: exact free blocks and categories at every round, block ids chosen
 when read)::
 
     decode round:   join ........ d (now) ............ join + left (its finish)
     member:         tokens t      t + (d - join)       t + left   (lazy: computed on demand)
 
-So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus O(1) window
-sums, however many requests decode and however many rounds pass; a finish costs what that
-member owes. Between events (a *window*, rounds a+1..b, same members throughout) the step
-times follow one cost-model curve and every category integrates in closed form:
+Whatever waits or is swapped belongs to the policy: at each event it plans the next round
+(``Scheduler.plan_round``: admissions, else a decode of every member, with resumptions after
+it), and when a round is short of blocks it names its victims (``growth_victim``), taken until
+the others' blocks fit. A policy that promises neither ends the cohort there (the engine steps
+that round through ``schedule``).
+
+So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus the plan and
+O(1) window sums, however many requests decode and however many rounds pass; a finish or a
+preemption costs what that member owes. Between events (a *window*, rounds a+1..b, same members
+throughout) the step times follow one cost-model curve and every category integrates in closed
+form:
 
     token states  (U + n) T + n M            (T = sum d_j, M = sum j d_j, j = 0..k-1)
     allocated     A T + bs sum over new blocks i of (T - T(i-1))   (``advance_rounds``' sums)
     internal      I T + sum over last blocks z of frag (T - T(z-1))
 
-A window stops before the round whose new blocks do not fit (the scheduler preempts) and at
-the round an arrival falls in. The cohort's rounds are summed apart and added to the ledger
-once, at its end (``_flush``).
+and unallocated slots are external fragmentation in rounds where a request waits, free in the
+others. The cohort's rounds are summed apart and added to the ledger once, at its end
+(``_flush``).
 """
 
 from __future__ import annotations
@@ -51,10 +57,10 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), nothing
-    is swapped out, and no per-token times are asked for (a cohort never visits a member
-    between its join and its finish). Requests may wait: the policy's ``plan_round`` says at
-    each event what the next round does with them."""
+    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
+    per-token times are asked for (a cohort never visits a member between its join and its
+    finish). Requests may wait or be swapped: the policy's ``plan_round`` says at each event
+    what the next round does with them."""
     sched = engine.scheduler
     kv = sched.kv
     return (
@@ -100,16 +106,14 @@ class Cohort:
         self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
         # What the cohort adds to the engine's totals (at its end, ``_flush``): the sums of
-        # sequences over its windows' rounds (each runs and decodes them all), its admission
-        # rounds (a queue left behind ends the cohort: that last one is recorded at once) and
-        # their running and batched sequences, and the time integrals of the clock, token
-        # states, allocated slots and internal fragmentation over all of them (nothing waits
-        # in them, so unallocated slots are free).
+        # sequences over its decode rounds (each runs and decodes them all), its admission
+        # rounds and their running and batched sequences, the time integrals of the clock,
+        # token states, allocated slots and internal fragmentation over all of them, and the
+        # clock's and allocated slots' over the rounds in which a request waited.
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
         self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
-        self.wait_time = self.wait_alloc = 0.0  # the time and allocated slots' part of rounds
-        # in which a request waited
+        self.wait_time = self.wait_alloc = 0.0
 
     @property
     def rounds(self) -> int:
@@ -412,7 +416,7 @@ class Cohort:
 
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
-        """Add the cohort's rounds to the engine's totals: one span (nothing waits in it)."""
+        """Add the cohort's rounds to the engine's totals: one span."""
         capacity = self.kv.capacity
         tokens, internal, alloc = self.token_time, self.internal_time, self.alloc_time
         # Unallocated slots: external fragmentation in rounds where a request waited, free

@@ -56,8 +56,8 @@ class FastForward:
         (``Scheduler.decodes_next``: then the admission round of an arrival needs no decode
         round after it to start a window).
 
-        With plain memory and nothing waiting, a decode cohort (``cohort.py``) runs from here
-        through every finish and arrival to the next memory event. Otherwise windows chain
+        With plain memory, a decode cohort (``cohort.py``) runs from here through every event
+        the policy plans (``Scheduler.plan_round``). Otherwise windows chain
         while nothing can change the schedule: after a window that ended with a finish, if no
         request waits (nothing to admit or resume) and none has arrived, the next round is
         again a pure decode of those still running.
