@@ -84,7 +84,7 @@ def count_schedules(engine: Engine) -> list[int]:
 def test_one_cohort_runs_through_every_arrival_and_finish() -> None:
     """Staggered arrivals in ample memory, with an idle gap: the scheduler runs only the first
     admission round; every later arrival is admitted inside the cohort (through
-    ``admit_only``), and the run equals the reference."""
+    ``plan_round``), and the run equals the reference."""
     workload = [RequestSpec(i, 30, 100 + 37 * i, 0.4 * i) for i in range(10)]
     workload.append(RequestSpec(10, 30, 50, 1000.0))  # long after every other has finished
     kw: dict[str, Any] = {"num_gpu_blocks": 400, "max_model_len": 512}

@@ -123,9 +123,9 @@ class GrowthMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def swap_round_trip(self, data: st.DataObject) -> None:
         seq = data.draw(st.sampled_from(self._free_seqs()))
-        out = self.lazy.swap_out([seq])  # a swap reads blocks: growers settle first
+        out = self.lazy.swap_out([seq])  # a swap reads its own blocks: growers go on
         assert (out is None) == (self.eager.swap_out([seq]) is None)
-        self.growing = []
+        assert all(self.lazy.is_growing(s) for s in self.growing)
         if out is not None:
             assert (self.lazy.swap_in([seq]) is None) == (self.eager.swap_in([seq]) is None)
             if not self.lazy.is_swapped(seq):
@@ -133,6 +133,30 @@ class GrowthMachine(RuleBasedStateMachine):
             self.lazy.free(seq)
             self.eager.free(seq)
             del self.tokens[seq], self.final[seq]
+
+    @precondition(lambda self: bool(self.growing))
+    @rule(data=st.data(), swap=st.booleans())
+    def read_one_grower(self, data: st.DataObject, swap: bool) -> None:
+        """A swap-out of a growing sequence, or an append to it, settles it alone: it stops
+        growing, the others go on."""
+        seq = data.draw(st.sampled_from(self.growing))
+        if swap and self.lazy.cpu.num_blocks > 0:
+            out = self.lazy.swap_out([seq])
+            assert (out is None) == (self.eager.swap_out([seq]) is None)
+            if out is not None:
+                self.lazy.free(seq)
+                self.eager.free(seq)
+                del self.tokens[seq], self.final[seq]
+        elif self.tokens[seq] < self.final[seq]:
+            got = self.lazy.append_slots(seq, 1)
+            assert (got is None) == (self.eager.append_slots(seq, 1) is None)
+            if got is not None:
+                self.tokens[seq] += 1
+        else:
+            return
+        self.growing.remove(seq)
+        assert not self.lazy.is_growing(seq)
+        assert all(self.lazy.is_growing(s) for s in self.growing)
 
     @invariant()
     def same_books(self) -> None:

@@ -1,29 +1,35 @@
-"""The decode cohort: one lazy window through every finish and arrival to the next memory event.
+"""The decode cohort: the event loop over lazy decoding requests, the scheduler asked at events.
 
 While memory is *plain* (paged, every used block held by one sequence, no groups, no token ids,
-no follow-ups) and nothing waits, a run is decode rounds, finishes and arrivals, each arrival
-admitted by a prefill-only round (``Scheduler.admit_only``). The cohort runs all of it without
-touching the running requests one by one: each *member* keeps the counters it had when it
-joined (round ``join``) and is brought up to date only when it finishes, or when the cohort
-ends (a memory event or a queue: the scheduler takes over); its memory grows in the books
+no follow-ups), a run is decode rounds between events: finishes, arrivals, and the round whose
+new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
+each *member* keeps the counters it had when it joined (round ``join``) and is brought up to
+date only when it finishes, is preempted, or the cohort ends; its memory grows in the books
 (``KVCacheManager.grow``: exact free blocks and categories at every round, block ids chosen
 when read)::
 
     decode round:   join ........ d (now) ............ join + left (its finish)
     member:         tokens t      t + (d - join)       t + left   (lazy: computed on demand)
 
-So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus O(1) window
-sums, however many requests decode and however many rounds pass; a finish costs what that
-member owes. Between events (a *window*, rounds a+1..b, same members throughout) the step
-times follow one cost-model curve and every category integrates in closed form:
+Whatever waits or is swapped belongs to the policy: at each event it plans the next round
+(``Scheduler.plan_round``: admissions, else a decode of every member, with resumptions after
+it), and when a round is short of blocks it names its victims (``growth_victim``), taken until
+the others' blocks fit. A policy that promises neither ends the cohort there (the engine steps
+that round through ``schedule``).
+
+So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus the plan and
+O(1) window sums, however many requests decode and however many rounds pass; a finish or a
+preemption costs what that member owes. Between events (a *window*, rounds a+1..b, same members
+throughout) the step times follow one cost-model curve and every category integrates in closed
+form:
 
     token states  (U + n) T + n M            (T = sum d_j, M = sum j d_j, j = 0..k-1)
     allocated     A T + bs sum over new blocks i of (T - T(i-1))   (``advance_rounds``' sums)
     internal      I T + sum over last blocks z of frag (T - T(z-1))
 
-A window stops before the round whose new blocks do not fit (the scheduler preempts) and at
-the round an arrival falls in. The cohort's rounds are summed apart and added to the ledger
-once, at its end (``_flush``).
+and unallocated slots are external fragmentation in rounds where a request waits, free in the
+others. The cohort's rounds are summed apart and added to the ledger once, at its end
+(``_flush``).
 """
 
 from __future__ import annotations
@@ -32,31 +38,33 @@ import heapq
 from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.engine.batch_shape import BatchShape
-from pagedkv.engine.ledger import Span, level_integrals
+from pagedkv.engine.ledger import Span
 from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
+from pagedkv.errors import IntegrityError
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
-    from pagedkv.engine.scheduler import SchedulerOutput
 
 
+_SWAPPED = RequestStatus.SWAPPED
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
 _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one member per request)
 
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), no
-    request waits or is swapped out, and no per-token times are asked for (a cohort never
-    visits a member between its join and its finish)."""
+    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
+    per-token times are asked for (a cohort never visits a member between its join and its
+    finish). Requests may wait or be swapped: the policy's ``plan_round`` says at each event
+    what the next round does with them."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
-        and not sched.has_queued()
         and not sched.has_groups
         and not sched.has_token_ids
         and not engine.followups
@@ -88,7 +96,9 @@ class Cohort:
         self.bs = kv.block_size
         self.done = 0  # decode rounds run
         self.members: dict[Request, Member] = {}
-        self.finishes: list[tuple[int, float, int, Request]] = []  # (round, arrival key, req)
+        # (round, arrival key, req, member): a heap; an entry whose member left (preempted)
+        # is dropped when it comes up
+        self.finishes: list[tuple[int, float, int, Request, Member]] = []
         self.sum_join = 0
         self.sum_tokens = 0
         # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
@@ -96,14 +106,14 @@ class Cohort:
         self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
         # What the cohort adds to the engine's totals (at its end, ``_flush``): the sums of
-        # sequences over its windows' rounds (each runs and decodes them all), its admission
-        # rounds (a queue left behind ends the cohort: that last one is recorded at once) and
-        # their running and batched sequences, and the time integrals of the clock, token
-        # states, allocated slots and internal fragmentation over all of them (nothing waits
-        # in them, so unallocated slots are free).
+        # sequences over its decode rounds (each runs and decodes them all), its admission
+        # rounds and their running and batched sequences, the time integrals of the clock,
+        # token states, allocated slots and internal fragmentation over all of them, and the
+        # clock's and allocated slots' over the rounds in which a request waited.
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
         self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
+        self.wait_time = self.wait_alloc = 0.0
 
     @property
     def rounds(self) -> int:
@@ -111,39 +121,84 @@ class Cohort:
         return self.done
 
     # ----- the loop ----------------------------------------------------------------------------
-    def run(self) -> None:
-        """Run to the cohort's end, then bring every member up to date."""
-        self._join(self.engine.scheduler.running)
-        self._loop()
+    def run(self) -> bool:
+        """Run to the cohort's end, then bring every member up to date. False, having only
+        handed the arrivals to the scheduler, if memory is no longer plain or requests wait
+        and the policy plans no round for them (``Scheduler.plan_round``)."""
+        eng = self.engine
+        sched = eng.scheduler
+        eng.admit_arrivals()  # (what the engine's next round does first)
+        if not plain(eng):
+            return False
+        decoding = list(sched.running)  # (before the plan's admissions join them)
+        plan = sched.plan_round() if sched.has_queued() else None
+        if plan is None and sched.has_queued():
+            return False
+        self._join(decoding)
+        self._loop(plan)
         self._sync()
         self._flush()
+        return True
 
-    def _loop(self) -> None:
+    def _loop(self, plan: RoundPlan | None) -> None:
         """The events, one window of decode rounds to the next (the module docstring's sums,
-        inlined: this is the cohort's hot path)."""
+        inlined: this is the cohort's hot path); ``plan``: the next round's, made already."""
         eng, ledger = self.engine, self.ledger
         finishes, kv, members = self.finishes, self.kv, self.members
         decode_curve = self.cost.decode_curve
         books, advance_rounds, advance_clock = kv.books, kv.advance_rounds, ledger.advance
         bs, checked = self.bs, eng.check_integrity
-        arrival = eng.next_arrival  # changes only when arrivals are handed over (``_admit``)
+        sched = eng.scheduler
+        plan_round = sched.plan_round
+        growth_victim = sched.growth_victim
+        arrival = eng.next_arrival  # changes only when arrivals are handed over
+        preempted = False  # victims just left: the round they made room for runs next
+        swap_cost = 0.0  # what swapping them out adds to that round
+        replan = True  # an event since the last plan (a plan holds until the next)
+        resume = False  # the next round resumes swapped requests after its decode
         while True:
-            if arrival is not None and arrival <= ledger.now:
-                if not self._admit():
-                    return
-                arrival = eng.next_arrival
-                continue
+            if preempted:  # that round is a decode of every member left (schedule's)
+                waiting = True  # (the victims)
+            else:
+                if arrival is not None and arrival <= ledger.now:
+                    eng.admit_arrivals()
+                    arrival = eng.next_arrival
+                    replan = True
+                    # Of ``plain``, an arrival can change only these two (``add_request``
+                    # sets them); without token ids an admission shares no block.
+                    if sched.has_groups or sched.has_token_ids:
+                        return
+                waiting = bool(sched.waiting or sched.swapped)
+                if plan is not None or (waiting and replan):
+                    # the policy's round: admissions, else a decode of every member (and
+                    # resumptions after it)
+                    if plan is None:
+                        plan = plan_round()
+                        if plan is None:
+                            return
+                    replan = False
+                    if not plan.decodes:
+                        self._admission(plan.admitted)
+                        plan, replan = None, True
+                        continue
+                    resume = plan.resumes
+                    plan = None
+                    waiting = bool(sched.waiting or sched.swapped)
+            while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
+                heapq.heappop(finishes)  # a member preempted since
             if not finishes:  # nobody decodes
-                if arrival is None:
-                    return
+                if arrival is None or waiting:
+                    return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
             n, a = len(members), self.done
-            k = finishes[0][0] - a  # to the next finish (>= 1)
-            curve = decode_curve(n, self.sum_tokens + n * a - self.sum_join)
+            one = preempted or resume  # a round of its own
+            k = 1 if one else finishes[0][0] - a  # to the next finish (>= 1)
+            context = self.sum_tokens + n * a - self.sum_join
+            curve = decode_curve(n, context)
             sums = curve.sums(k)
-            if arrival is not None and arrival - ledger.now <= sums[0]:  # it falls in round <= k
-                k, sums = curve.reach(arrival - ledger.now)
+            if arrival is not None and arrival - ledger.now <= sums[0] and not one:
+                k, sums = curve.reach(arrival - ledger.now)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
             tokens_now, reservation, internal_now = books()
@@ -154,6 +209,18 @@ class Cohort:
             if short:
                 k = window.k
                 sums = curve.sums(k)
+            elif resume:
+                resume = False
+                out = SchedulerOutput()
+                sched.resume(out)
+                if out.chunks:  # this round is theirs too: priced and accounted whole
+                    self._resumed(out, n, context)
+                    if finishes and finishes[0][0] == self.done:
+                        self._finish()
+                    replan = True  # (a resumed request may have finished too)
+                    continue
+            elif preempted and swap_cost:
+                sums = (sums[0] + swap_cost, sums[1])  # (one round: its moment is 0)
             if k > 0:  # decode rounds a+1 .. a+k (no one finishes before the last)
                 total, moment = sums  # sum of d_j and of j d_j over j = 0..k-1 (round a+1+j)
                 tokens = (tokens_now + n) * total + n * moment
@@ -174,16 +241,28 @@ class Cohort:
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
+                if waiting:
+                    self.wait_time += total
+                    self.wait_alloc += alloc
+                if n > self.max_running:
+                    self.max_running = n
                 self.seq_rounds += n * k
                 self.done = a + k
                 advance_clock(total)
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
-                    kv.check_integrity()
+                    self._check()
+            preempted = resume = False
             if short:
-                return
+                victim = growth_victim()
+                if victim is None:
+                    return  # (the scheduler preempts)
+                swap_cost = self._preempt(victim)
+                preempted = replan = True
+                continue
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
                 self._finish()
+                replan = True
 
     def _join(self, reqs: list[Request]) -> None:
         """``reqs`` decode from the next round on (each one's pending token is its only one);
@@ -195,8 +274,8 @@ class Cohort:
             outputs = req.num_output_tokens
             left = req.output_len - outputs
             tokens = req.num_computed_tokens
-            members[req] = _new(Member, (d, tokens, outputs, left))
-            push(finishes, (d + left, req.arrival_time, req.request_id, req))
+            member = members[req] = _new(Member, (d, tokens, outputs, left))
+            push(finishes, (d + left, req.arrival_time, req.request_id, req, member))
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
         self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
@@ -208,7 +287,9 @@ class Cohort:
         group = []
         pop = heapq.heappop
         while finishes and finishes[0][0] == d:
-            req = pop(finishes)[3]
+            _, _, _, req, member = pop(finishes)
+            if members.get(req) is not member:
+                continue  # preempted since
             join, tokens, outputs, left = members.pop(req)
             req.num_computed_tokens = tokens + left
             req.num_output_tokens = outputs + left
@@ -217,24 +298,86 @@ class Cohort:
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
-            self.kv.check_integrity()
+            self._check()
 
-    def _admit(self) -> bool:
-        """Hand the arrivals to the scheduler and run its admission round; False: the cohort
-        must end (someone still waits, or memory is no longer plain)."""
+    def _preempt(self, victim: Request) -> float:
+        """The next decode round's new blocks do not all fit: the policy's victims (from
+        ``victim`` on) leave, counters up to date, and are preempted until the others' do (a
+        decode round short of blocks takes its victims until the rest fit: those left decode
+        in it, the round ``_loop`` runs next). Returns what swapping victims out adds to that
+        round's duration."""
+        sched = self.engine.scheduler
+        kv, members = self.kv, self.members
+        out = SchedulerOutput()
+        while True:
+            join, tokens, outputs, _ = members.pop(victim)
+            lag = self.done - join
+            victim.num_computed_tokens = tokens + lag
+            victim.num_output_tokens = outputs + lag
+            self.sum_join -= join
+            self.sum_tokens -= tokens
+            sched.preempt(victim, out)  # (its blocks freed, growth's included)
+            if kv.rounds_that_fit() != 0 or not members:
+                break
+            got = sched.growth_victim()
+            assert got is not None, "a policy that preempted one preempts the next"
+            victim = got
+        assert members, "the oldest request fits alone"
+        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        if self.engine.check_integrity:
+            self._check()
+        return self.cost.swap_time(len(out.swap_out)) if out.swap_out else 0.0
+
+    def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
+        """The decode round just taken by the ``n`` members (their tokens before it:
+        ``context``) also resumed swapped requests, each computing its next token: the round
+        is priced as one decode of them all plus the swap-ins, and accounted at the books
+        after it (as ``_admission``)."""
+        eng = self.engine
+        chunks = out.chunks
+        m = len(chunks)
+        cached = sum(c.num_cached_tokens for c in chunks)
+        duration = self.cost.decode_curve(n + m, context + cached).sums(1)[0]
+        duration += self.cost.swap_time(len(out.swap_in))
+        self.done += 1  # the members' round
+        self.windows += 1
+        self.seq_rounds += n + m
+        if n + m > self.max_running:
+            self.max_running = n + m
+        self._account(duration, len(eng.scheduler.running))
+        eng.apply(out, duration)
+        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if joined:
+            self._join(joined)
+
+    def _account(self, duration: float, running: int) -> None:
+        """A round of ``duration`` at the books as they are now (its allocations made)."""
+        sched = self.engine.scheduler
+        tokens, reservation, internal = self.kv.books()
+        alloc = tokens + reservation + internal
+        if self.engine.check_integrity:
+            queued = sched.has_queued()
+            capacity = self.kv.capacity
+            # every category >= 0, their sum the capacity
+            MemoryUsage(capacity, *categories(capacity, tokens, reservation, internal, queued))
+            self._check()
+        if running > self.max_running:
+            self.max_running = running
+        self.time += duration
+        self.token_time += duration * tokens
+        self.alloc_time += duration * alloc
+        self.internal_time += duration * internal
+        if sched.waiting or sched.swapped:  # its unallocated slots are external fragmentation
+            self.wait_time += duration
+            self.wait_alloc += duration * alloc
+
+    def _admission(self, batch: SchedulerOutput) -> None:
+        """Run the policy's admission round (its slots allocated already): priced by shape,
+        accounted at the books after it, its requests' counters applied; those it leaves
+        decoding join."""
         eng = self.engine
         sched = eng.scheduler
-        eng.admit_arrivals()
-        if not sched.waiting:
-            return True  # every arrival was rejected
-        # Of ``plain``, an arrival can change only these two (``add_request`` sets them); and
-        # without token ids an admission shares no block, so memory stays plain after it.
-        if sched.has_groups or sched.has_token_ids:
-            return False
-        batch = sched.admit_only()  # it reads the free blocks: exact, growth included
-        if batch is None:
-            return False
-        queued = sched.has_queued()
         chunks = batch.chunks  # one sequence each: no groups in a cohort
         if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
             duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
@@ -242,32 +385,15 @@ class Cohort:
                 duration = self._duration(batch)
         else:
             duration = self._duration(batch)
-        tokens, reservation, internal = self.kv.books()
-        alloc = tokens + reservation + internal
         running = len(sched.running)
-        if queued or eng.check_integrity:
-            capacity = self.kv.capacity
-            slots = categories(capacity, tokens, reservation, internal, queued)
-            if eng.check_integrity:
-                MemoryUsage(capacity, *slots)  # every category >= 0, their sum the capacity
-                self.kv.check_integrity()
-        if queued:  # the cohort's last round: its unallocated slots are external fragmentation
-            eng.ledger.add(Span.of_slots(duration, slots, running, len(chunks), self.saved))
-        else:
-            if running > self.max_running:
-                self.max_running = running
-            self.admissions += 1
-            self.admitted_running += running
-            self.admitted_seqs += len(chunks)
-            self.time += duration
-            self.token_time += duration * tokens
-            self.alloc_time += duration * alloc
-            self.internal_time += duration * internal
+        self._account(duration, running)
+        self.admissions += 1
+        self.admitted_running += running
+        self.admitted_seqs += len(chunks)
         eng.apply(batch, duration)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
             self._join(joined)
-        return not queued
 
     def _duration(self, batch: SchedulerOutput) -> float:
         """What ``SimExecutor.execute`` says of an admission round (no swap in it, so the cost
@@ -290,15 +416,14 @@ class Cohort:
 
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
-        """Add the cohort's rounds to the engine's totals: one span (nothing waits in it)."""
-        weighted = level_integrals(
-            self.kv.capacity,
-            self.time,
-            self.token_time,
-            self.alloc_time,
-            self.internal_time,
-            waiting=False,
-        )
+        """Add the cohort's rounds to the engine's totals: one span."""
+        capacity = self.kv.capacity
+        tokens, internal, alloc = self.token_time, self.internal_time, self.alloc_time
+        # Unallocated slots: external fragmentation in rounds where a request waited, free
+        # in the others.
+        external = capacity * self.wait_time - self.wait_alloc
+        free = capacity * (self.time - self.wait_time) - (alloc - self.wait_alloc)
+        weighted = (tokens, alloc - tokens - internal, internal, external, free)
         span = Span(
             self.done + self.admissions,
             self.time,
@@ -322,3 +447,11 @@ class Cohort:
         self.members.clear()
         if self.engine.check_integrity:
             self.kv.check_integrity()
+
+    def _check(self) -> None:
+        """The books hold, and every member's memory grows in them (the engine's integrity
+        hook, at every event: tests)."""
+        self.kv.check_integrity()
+        lost = [r.request_id for r in self.members if not self.kv.is_growing(r.seq_ids[0])]
+        if lost:
+            raise IntegrityError(f"members whose memory no longer grows: {lost[:10]}")

@@ -56,8 +56,8 @@ class FastForward:
         (``Scheduler.decodes_next``: then the admission round of an arrival needs no decode
         round after it to start a window).
 
-        With plain memory and nothing waiting, a decode cohort (``cohort.py``) runs from here
-        through every finish and arrival to the next memory event. Otherwise windows chain
+        With plain memory, a decode cohort (``cohort.py``) runs from here through every event
+        the policy plans (``Scheduler.plan_round``). Otherwise windows chain
         while nothing can change the schedule: after a window that ended with a finish, if no
         request waits (nothing to admit or resume) and none has arrived, the next round is
         again a pure decode of those still running.
@@ -74,12 +74,15 @@ class FastForward:
             # a window assumes is a run of identical rounds. Step round by round instead.
             return
         while True:
-            if cohort.plain(eng):  # one lazy window through every finish and arrival to come
+            if cohort.plain(eng):  # one lazy window through every event to come
+                queued = sched.has_queued()
                 run = cohort.Cohort(eng, self.cost, self.prices)
-                run.run()
-                self.windows += run.windows
-                self.rounds += run.rounds
-                return
+                if run.run():
+                    self.windows += run.windows
+                    self.rounds += run.rounds
+                    return
+                if not queued and sched.has_queued():
+                    return  # an arrival into an empty queue: the scheduler may admit it
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():
                 return

@@ -70,6 +70,18 @@ class SchedulerOutput:
         return not self.chunks
 
 
+class RoundPlan(NamedTuple):
+    """The part of the next round a policy decides from its queues and the books alone
+    (``Scheduler.plan_round``): the chunks it admits, whether the round also decodes every
+    running request (blocks short for that round: the scheduler's to preempt), and whether,
+    after that decode, it resumes swapped requests (``Scheduler.resume``; the rounds after it
+    resume nobody until the next event)."""
+
+    admitted: SchedulerOutput
+    decodes: bool
+    resumes: bool = False
+
+
 class Scheduler(abc.ABC):
     """Queues, admission at arrival (reject what can never fit), finishing, preemption."""
 
@@ -216,13 +228,31 @@ class Scheduler(abc.ABC):
         that knows its own rules can promise it; the default never does."""
         return False
 
-    def admit_only(self) -> SchedulerOutput | None:
-        """The next round, if it is a prefill-only admission round that reads and changes no
-        running request (only the waiting queue, the allocator's free blocks and the running
-        count): then the fast-forward's decode cohort, whose running requests' counters and
-        block tables lag behind, can run it without syncing them first. None, changing
-        nothing, otherwise; the default never promises it."""
+    def plan_round(self) -> RoundPlan | None:
+        """The next round as far as it reads no running request's counters, tables or
+        blocks (only the queues, the running count and the allocator's free blocks): its
+        admissions (allocated now, as ``schedule`` would) and whether every running request
+        also decodes once in it. The decode cohort, whose running requests lag behind, runs
+        such a round without syncing them. None, changing nothing, where the policy cannot
+        promise it; the default never does."""
         return None
+
+    def growth_victim(self) -> Request | None:
+        """Whom the policy preempts first when a decode round of every running request is
+        short of blocks for their new tokens, if it promises that the victim's preemption
+        (``preempt``) reads and changes no other running request and leaves nothing swapped,
+        and that it takes victims until the others' blocks fit. None, changing nothing,
+        otherwise; the default never promises it."""
+        return None
+
+    def resume(self, out: SchedulerOutput) -> None:
+        """The resumptions a plan's ``resumes`` promised, into ``out``: swapped requests
+        brought back after the round's decode took its blocks, each with its next token."""
+        raise NotImplementedError(f"{self.name} plans no resumption")
+
+    def preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        """Preempt ``victim`` (the policy's rule for how) into ``out``."""
+        self._preempt(victim, out)
 
     # ----- helpers for policies -----------------------------------------------------------
     def _reject(self, req: Request, reason: str) -> bool:

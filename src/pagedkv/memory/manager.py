@@ -14,7 +14,7 @@ stay exact every round and their blocks are chosen when something reads them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
@@ -246,6 +246,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
             growth.add(seq_id, table)
 
+    def is_growing(self, seq_id: SeqId) -> bool:
+        """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
+        return seq_id in self._growth.seqs
+
     def rounds_that_fit(self) -> int | None:
         """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
         return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
@@ -261,19 +265,29 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         growth = self._growth
         return growth.advance(k, self.gpu.num_free - growth.held, rounds, upto)
 
-    def _settle(self) -> None:
-        """Bring every growing sequence's table up to date (its blocks are being read): it
-        takes its tokens and its new blocks from the pool now, and stops growing."""
+    def _settle(self, only: Iterable[SeqId] | None = None) -> None:
+        """Bring every growing sequence's table up to date (its blocks are being read), or
+        those of ``only``: each takes its tokens and its new blocks from the pool now, and
+        stops growing."""
         growth = self._growth
         if not growth.seqs:
             return
+        growing = growth.seqs
         by_lag: dict[int, list[SeqId]] = {}
-        for seq_id in list(growth.seqs):
+        for seq_id in list(growing) if only is None else [s for s in only if s in growing]:
             lag, _ = growth.remove(seq_id)
             if lag:
                 by_lag.setdefault(lag, []).append(seq_id)
-        for lag, seq_ids in by_lag.items():
-            self.append_slots_all(seq_ids, lag)
+        if not by_lag:
+            return
+        # The others go on growing: the bulk append must not settle them (it settles every
+        # grower first), and the blocks it takes are those growth held for these.
+        others, growth.seqs = growth.seqs, {}
+        try:
+            for lag, seq_ids in by_lag.items():
+                self.append_slots_all(seq_ids, lag)
+        finally:
+            growth.seqs = others
 
     # ----- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
@@ -439,7 +453,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         only blocks within the first that many tokens now (a scheduler that does not know the
         newest token yet, as vLLM's async one); a later call keys the rest.
         """
-        self._settle()
+        # Only its own table is read, unless the cache may be (growth's blocks not chosen yet
+        # may be cached free ones): other growing sequences go on.
+        self._settle(None if self.config.enable_prefix_caching or self._pins else (seq_id,))
         table = self._gpu_table(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
             num_tokens = as_int("num_tokens", num_tokens, 0)
@@ -462,7 +478,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
                     self._register_keys(table, cache_limit)
             return []
         cow = table.needs_cow(self.gpu, num_tokens)
-        if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free:
+        if table.blocks_needed(num_tokens) + int(cow) > self.gpu.num_free - self._growth.held:
             return None
         self._tails.untrack(seq_id, table)
         old = table.num_tokens

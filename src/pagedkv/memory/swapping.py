@@ -50,16 +50,27 @@ class SwapMixin:
     def _release_gpu(self, table: BlockTable) -> None:
         raise NotImplementedError
 
-    def _settle(self) -> None:
+    def _settle(self, only: Iterable[SeqId] | None = None) -> None:
         raise NotImplementedError
+
+    @property
+    def num_free_blocks(self) -> int:
+        raise NotImplementedError
+
+    def _settle_for_swap_in(self) -> None:
+        """A swap-in reads no growing sequence's blocks, only how many are free, unless a
+        cached block may stand in for a CPU one (growth's blocks not chosen yet may be
+        cached free ones)."""
+        if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+            self._settle()
 
     def _register_keys(self, table: BlockTable) -> None:
         raise NotImplementedError
 
     def can_swap_out(self, seq_ids: Iterable[SeqId]) -> bool:
         """Does the CPU pool have a block for every distinct GPU block of these sequences?"""
-        self._settle()
         ids = _group(seq_ids)
+        self._settle(ids)
         return len(self._distinct_blocks(ids, self._tables)) <= self.cpu.num_free
 
     def swap_out(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
@@ -69,8 +80,8 @@ class SwapMixin:
         pool is short. Blocks shared among the sequences stay shared on the CPU. A block also
         referenced by a sequence that stays on the GPU is copied, and stays there for the other.
         """
-        self._settle()
         ids = _group(seq_ids)
+        self._settle(ids)  # (their blocks are read; other growing sequences go on)
         distinct = self._distinct_blocks(ids, self._tables)
         if len(distinct) > self.cpu.num_free:
             return None
@@ -92,7 +103,7 @@ class SwapMixin:
         """Would swapping these sequences back in fit, honouring the watermark, with room
         left for ``num_new_tokens`` more tokens of each (so that a resumed request can take
         its next step instead of going straight back out)?"""
-        self._settle()
+        self._settle_for_swap_in()
         ids = _group(seq_ids)
         num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
         needed = self._swap_in_blocks_taken(ids)
@@ -100,16 +111,16 @@ class SwapMixin:
         if self.gpu.num_blocks - needed < wm:
             return AllocStatus.NEVER
         needed += self._growth_blocks(ids, num_new_tokens)
-        return AllocStatus.OK if self.gpu.num_free - needed >= wm else AllocStatus.LATER
+        return AllocStatus.OK if self.num_free_blocks - needed >= wm else AllocStatus.LATER
 
     def swap_in(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
         """Bring swapped sequences back; CPU -> GPU copies to perform, or ``None`` if no room.
 
         A block whose key is still in the GPU prefix cache is reused without a copy.
         """
-        self._settle()
+        self._settle_for_swap_in()
         ids = _group(seq_ids)
-        if self._swap_in_blocks_taken(ids) > self.gpu.num_free:
+        if self._swap_in_blocks_taken(ids) > self.num_free_blocks:
             return None
         to_gpu: dict[int, int] = {}
         copies: list[SwapMapping] = []

@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, KVAllocator
 from pagedkv.memory.manager import KVCacheManager
@@ -26,6 +29,8 @@ class VllmScheduler(Scheduler):
     name = "vllm"
     decides_at_events = True  # tested fast against reference (tests/engine)
     preempts = True
+    # The admission test ``plan_round`` may run (one that reads no running request).
+    books_admission: ClassVar[Callable[..., bool]] = Scheduler._can_admit
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
@@ -75,19 +80,46 @@ class VllmScheduler(Scheduler):
             return False
         return self._can_admit(head, n)
 
-    def admit_only(self) -> SchedulerOutput | None:
-        """Without chunked prefill and with nothing swapped, ``schedule`` first admits the
-        waiting prompts; if any fit the round is prefill-only: this is that round. (The
-        admission test reads the free blocks and the running count, no running request; a
-        subclass with an admission test of its own, such as ``reserve``'s, which reads what
-        the running requests still owe, gets no promise.)"""
-        if self.config.enable_chunked_prefill or self.swapped or not self.waiting:
+    def plan_round(self) -> RoundPlan | None:
+        """Without chunked prefill, with nothing swapped and no group: ``schedule`` first
+        admits the waiting prompts first-come-first-served; if any fit the round is
+        prefill-only (these admissions), else it decodes every running request (``_decode_all``,
+        or a preemption where blocks run short). The admission test reads the free blocks and
+        the running count, no running request; a subclass with a test of its own promises
+        nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
+        of the books)."""
+        if self.config.enable_chunked_prefill or self.has_groups or not self._mirrored():
             return None
-        if type(self)._can_admit is not Scheduler._can_admit:
+        if self.swapped:  # no admission: a decode, then resumptions while they fit
+            return RoundPlan(SchedulerOutput(), True, True)
+        if type(self)._can_admit is not type(self).books_admission:
             return None
         out = SchedulerOutput()
-        self._admit_waiting(out, self.config.token_budget, chunked=False)
-        return out if out.chunks else None
+        if self.waiting:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+        return RoundPlan(out, not out.chunks)
+
+    def growth_victim(self) -> Request | None:
+        """The latest arrived running request (``_victim``: a decode round that runs short
+        schedules its requests in arrival order and takes victims off the end). Without
+        groups (a group's mode may differ)."""
+        if not self.running or self.has_groups or not self.preempts:
+            return None
+        if not self._mirrored() or type(self)._preempt is not VllmScheduler._preempt:
+            return None
+        return self.running[-1]
+
+    def _mirrored(self) -> bool:
+        """Are the rounds those of this class's ``schedule``, which the promises above
+        restate? A subclass that changes how a round is built promises nothing."""
+        cls = type(self)
+        return all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
+
+    def resume(self, out: SchedulerOutput) -> None:
+        """``_swap_in`` (after the decode round's appends, as ``_schedule_v0`` does): it reads
+        the swapped queue, the running count and the free blocks. Its room test leaves each
+        resumed request a block for its next token, so none is preempted for it."""
+        self._swap_in(out)
 
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
@@ -170,3 +202,16 @@ class VllmScheduler(Scheduler):
                 victim.beam.restart()
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
+
+
+# What ``plan_round``, ``growth_victim`` and ``resume`` restate of a v0 round.
+_MIRRORED = (
+    "schedule",
+    "_schedule_v0",
+    "_admit_waiting",
+    "_decode_running",
+    "_decode_all",
+    "_append",
+    "_victim",
+    "_swap_in",
+)
