@@ -106,3 +106,24 @@ def test_a_bad_spec_still_gets_its_one_line_error() -> None:
         RequestSpec(0, 0, 5)
     assert str(info.value).splitlines() == [str(info.value)]
     assert info.value.field == "prompt_len"
+
+
+_ID = (
+    st.integers(-3, 2**64)
+    | st.sampled_from([0, 2**63 - 1, 2**63])
+    | st.booleans()
+    | st.floats(0, 9)
+)
+
+
+@given(st.lists(_ID, min_size=1, max_size=6))
+def test_prompt_ids_pass_exactly_when_each_is_a_plain_int64_id(ids: list[Any]) -> None:
+    """The tuple check (in bulk) accepts exactly what the per-id rule does: each a plain
+    int (no bool, no float) in [0, 2^63 - 1]; a refusal is one error naming token_ids."""
+    each = all(type(t) is int and 0 <= t <= 2**63 - 1 for t in ids)
+    if each:
+        assert RequestSpec(0, len(ids), 1, token_ids=tuple(ids)).token_ids == tuple(ids)
+    else:
+        with pytest.raises(ConfigError) as info:
+            RequestSpec(0, len(ids), 1, token_ids=tuple(ids))
+        assert info.value.field == "token_ids"

@@ -172,7 +172,8 @@ def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
     elif (
         isinstance(ids, tuple)
         and len(ids) == length
-        and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids)
+        and set(map(type, ids)) <= {int}  # plain ints (no bools), then their range: in C
+        and (not ids or 0 <= min(ids) <= max(ids) <= MAX_TOKEN_ID)
     ):
         return
     shown = ids if not isinstance(ids, (tuple, TokenRuns)) or len(ids) <= 8 else f"{len(ids)} ids"
