@@ -348,12 +348,29 @@ def _reference_dumps(value: object, level: int = 0) -> str:
     return text.replace("\n", "\n" + "  " * level)
 
 
-@settings(max_examples=60, deadline=None)
-@given(_JSON, st.sampled_from([0, 1, LONG_LIST + 1, 1023, 1024, 1025, 2049]))
-def test_the_streamed_file_has_the_bytes_of_dumps_json(data: object, long: int) -> None:
+# Records whose strings and nested values hold the text of separators ("}, {", quotes).
+_TRICKY = st.text(alphabet='}, {"\\a', max_size=8)
+_RECORD = st.dictionaries(
+    st.text(alphabet="abc}, {", max_size=3),
+    st.none() | st.integers() | st.floats() | _TRICKY | st.lists(st.dictionaries(_TRICKY, _TRICKY)),
+    max_size=4,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    _JSON,
+    st.sampled_from([0, 1, LONG_LIST + 1, 1023, 1024, 1025, 2049]),
+    st.lists(_RECORD | _JSON, max_size=LONG_LIST + 6),
+)
+def test_the_streamed_file_has_the_bytes_of_dumps_json(
+    data: object, long: int, tricky: list[object]
+) -> None:
     """atomic_write_json streams iter_json's pieces; the file holds dumps_json's bytes, which
-    are the reference format's, for lists of every length around the writer's batches."""
-    data = {"d": data, "requests": [{"i": i, "t": i / 7, "s": None} for i in range(long)]}
+    are the reference format's, for lists of every length around the writer's batches, and
+    for long lists of records whose strings look like separators."""
+    records = [{"i": i, "t": i / 7, "s": None} for i in range(long)]
+    data = {"d": data, "requests": records, "tricky": tricky + records[:LONG_LIST]}
     expected = _reference_dumps(data) + "\n"
     assert dumps_json(data) == expected
     with tempfile.TemporaryDirectory() as tmp:
