@@ -329,3 +329,63 @@ def test_a_long_list_puts_one_element_on_each_line() -> None:
     lines = dumps_json({"requests": records}).splitlines()
     assert lines[2] == '    {"a": [0], "b": 0},'
     assert len(lines) == len(records) + 4
+
+
+def _reference_dumps(value: object, level: int = 0) -> str:
+    """``dumps_json``'s format written out directly, as one recursive text (the oracle of the
+    streamed writer): sorted keys, two-space indents, a long list one element per line."""
+    inner = "  " * (level + 1)
+    if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+        body = ",\n".join(
+            f"{inner}{json.dumps(k)}: {_reference_dumps(value[k], level + 1)}"
+            for k in sorted(value)
+        )
+        return "{\n" + body + "\n" + "  " * level + "}"
+    if isinstance(value, (list, tuple)) and len(value) > LONG_LIST:
+        items = [json.dumps(v, sort_keys=True) for v in value]
+        return "[\n" + inner + f",\n{inner}".join(items) + "\n" + "  " * level + "]"
+    text = json.dumps(value, sort_keys=True, indent=2)
+    return text.replace("\n", "\n" + "  " * level)
+
+
+# Records whose strings and nested values hold the text of separators ("}, {", quotes).
+_TRICKY = st.text(alphabet='}, {"\\a', max_size=8)
+_RECORD = st.dictionaries(
+    st.text(alphabet="abc}, {", max_size=3),
+    st.none() | st.integers() | st.floats() | _TRICKY | st.lists(st.dictionaries(_TRICKY, _TRICKY)),
+    max_size=4,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    _JSON,
+    st.sampled_from([0, 1, LONG_LIST + 1, 1023, 1024, 1025, 2049]),
+    st.lists(_RECORD | _JSON, max_size=LONG_LIST + 6),
+)
+def test_the_streamed_file_has_the_bytes_of_dumps_json(
+    data: object, long: int, tricky: list[object]
+) -> None:
+    """atomic_write_json streams iter_json's pieces; the file holds dumps_json's bytes, which
+    are the reference format's, for lists of every length around the writer's batches, and
+    for long lists of records whose strings look like separators."""
+    records = [{"i": i, "t": i / 7, "s": None} for i in range(long)]
+    data = {"d": data, "requests": records, "tricky": tricky + records[:LONG_LIST]}
+    expected = _reference_dumps(data) + "\n"
+    assert dumps_json(data) == expected
+    with tempfile.TemporaryDirectory() as tmp:
+        path = atomic_write_json(Path(tmp) / "r.json", data)
+        assert path.read_bytes() == expected.encode("utf-8")
+
+
+def test_a_streamed_write_that_fails_midway_leaves_nothing(tmp_path: Path) -> None:
+    """An element that cannot be encoded, far into a long list (after pieces were written):
+    the old file stays, and no temporary or new directory is left."""
+    old = atomic_write_text(tmp_path / "r.json", "old")
+    bad = {"requests": [*range(5000), object()]}
+    with pytest.raises(TypeError):
+        atomic_write_json(old, bad)
+    with pytest.raises(TypeError):
+        atomic_write_json(tmp_path / "new" / "deeper" / "r.json", bad)
+    assert old.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

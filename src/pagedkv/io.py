@@ -108,16 +108,25 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` as the module docstring says; returns ``Path(path)``."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes, not {type(data).__name__}")
+    return atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | Path, chunks: Iterable[bytes]) -> Path:
+    """``atomic_write_bytes`` of the concatenation of ``chunks``, drawn one at a time: into the
+    temporary file of a regular target (so a large output is never held whole), joined first
+    for a target written in place. If drawing a chunk raises, nothing is written: the
+    temporary and any directory made for it are removed, and the error propagates."""
     shown = str(path)
     where, direct = _destination(path)
     pending = _PENDING.get()
     if direct:
+        data = b"".join(chunks)
         if pending is not None:
-            pending.direct.append((where, bytes(data), shown))
+            pending.direct.append((where, data, shown))
         else:
-            _write_direct(where, bytes(data), shown)
+            _write_direct(where, data, shown)
         return Path(path)
-    tmp = _write_temporary(Path(where), data, shown)
+    tmp = _write_temporary(Path(where), chunks, shown)
     if pending is not None:
         pending.renames.append((tmp, Path(where), shown))
     else:
@@ -133,12 +142,14 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
-    """Deterministic JSON (sorted keys, fixed separators) written atomically."""
-    return atomic_write_text(path, dumps_json(data))
+    """Deterministic JSON (``dumps_json``'s bytes) written atomically, streamed piece by piece
+    (``iter_json``): a run's records are encoded as they are written, never as one text."""
+    return atomic_write_chunks(path, (piece.encode("utf-8") for piece in iter_json(data)))
 
 
 LONG_LIST = 16
 """Lists longer than this are written one element per line, each element on its line."""
+_BATCH = 1024  # elements of a long list encoded per piece of iter_json
 
 
 def dumps_json(data: Any) -> str:
@@ -147,23 +158,38 @@ def dumps_json(data: Any) -> str:
     that a list of more than ``LONG_LIST`` elements (a run's per-request records, its steps)
     puts each element on one line of its own. ``json`` with ``indent`` runs its pure-Python
     encoder; without it the C encoder, about ten times faster, does the bulk of a large
-    result, and the file stays readable line by line."""
-    return _dumps(data, 0, json.JSONEncoder(sort_keys=True).encode) + "\n"
+    result, and the file stays readable line by line. The text is ``iter_json``'s pieces."""
+    return "".join(iter_json(data))
 
 
-def _dumps(value: Any, level: int, compact: Callable[[Any], str]) -> str:
+def iter_json(data: Any) -> Iterator[str]:
+    """``dumps_json(data)`` in pieces, a long list ``_BATCH`` elements at a time: written as
+    they come, a large result is never held as one text (nor its pieces all at once)."""
+    yield from _pieces(data, 0, json.JSONEncoder(sort_keys=True).encode)
+    yield "\n"
+
+
+def _pieces(value: Any, level: int, compact: Callable[[Any], str]) -> Iterator[str]:
     inner = "  " * (level + 1)
     if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-        body = ",\n".join(
-            f"{inner}{json.dumps(key)}: {_dumps(value[key], level + 1, compact)}"
-            for key in sorted(value)
-        )
-        return "{\n" + body + "\n" + "  " * level + "}"
+        sep = "{\n"
+        for key in sorted(value):
+            yield f"{sep}{inner}{json.dumps(key)}: "
+            yield from _pieces(value[key], level + 1, compact)
+            sep = ",\n"
+        yield "\n" + "  " * level + "}"
+        return
     if isinstance(value, (list, tuple)) and len(value) > LONG_LIST:
         # one encoder for every element: json.dumps would build a new one per call
-        return "[\n" + inner + f",\n{inner}".join(map(compact, value)) + "\n" + "  " * level + "]"
+        sep = f",\n{inner}"
+        start = "[\n" + inner
+        for i in range(0, len(value), _BATCH):
+            yield start + sep.join(map(compact, value[i : i + _BATCH]))
+            start = sep
+        yield "\n" + "  " * level + "]"
+        return
     text = json.dumps(value, sort_keys=True, indent=2)
-    return text.replace("\n", "\n" + "  " * level) if level else text
+    yield text.replace("\n", "\n" + "  " * level) if level else text
 
 
 def is_stdout(path: str | Path | None) -> bool:
@@ -257,23 +283,38 @@ def _destination(path: str | Path) -> tuple[str, bool]:
     return real, mode is not None and not stat.S_ISREG(mode)
 
 
-def _write_temporary(target: Path, data: bytes, shown: str) -> str:
+def _write_temporary(target: Path, chunks: Iterable[bytes], shown: str) -> str:
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        made = _make_dirs(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as e:
         raise OutputError(shown, e.strerror or type(e).__name__) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
         # mkstemp makes the file private (0600); give it the mode a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
     except BaseException as e:
         os.unlink(tmp)
+        for directory in made:  # a failed call changes nothing: not even a new directory
+            with contextlib.suppress(OSError):
+                directory.rmdir()
         if isinstance(e, OSError):
             raise OutputError(shown, e.strerror or type(e).__name__) from None
         raise
     return tmp
+
+
+def _make_dirs(directory: Path) -> list[Path]:
+    """``mkdir -p directory``; the directories it made, deepest first."""
+    missing = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 def _rename(tmp: str, target: Path, shown: str) -> None:

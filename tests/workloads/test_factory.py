@@ -277,14 +277,21 @@ def test_config_errors_name_the_field(kwargs: dict[str, Any], field: str) -> Non
         {"workload": "sharegpt-like", "num_requests": 40, "request_rate": 2.0},
         {"workload": "alpaca-like", "num_requests": 30},
         {"workload": "fixed", "prompt_len": 9, "output_len": 4, "num_requests": 12},
+        {"workload": "trace", "trace_path": "TRACE", "arrival": "poisson", "request_rate": 3.0},
     ],
 )
-def test_a_synthetic_request_is_made_and_checked_once(
-    flat: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def test_a_request_is_made_once_and_checked_once(
+    flat: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """The columns are checked in bulk (a trace's lines when read), so the specs that
+    make_workload returns are never checked one by one again; each would pass the checks."""
     from pagedkv.simulation import SimulationConfig
     from pagedkv.workloads.spec import RequestSpec
 
+    if flat.get("trace_path") == "TRACE":
+        trace = tmp_path / "t.csv"
+        trace.write_text("arrival_time,prompt_len,output_len,tag\n0,5,3,a\n1.5,7,2,b\n")
+        flat = {**flat, "trace_path": str(trace)}
     config = SimulationConfig.from_flat(flat).workload
     checks = 0
     check = RequestSpec.__post_init__
@@ -296,4 +303,11 @@ def test_a_synthetic_request_is_made_and_checked_once(
 
     monkeypatch.setattr(RequestSpec, "__post_init__", counted)
     requests = make_workload(config)
-    assert checks == len(requests) == flat["num_requests"]
+    read = 2 if "trace_path" in flat else 0  # each line checked as read_trace makes its spec
+    assert checks == read
+    assert len(requests) == flat.get("num_requests", 2)
+    monkeypatch.undo()
+    again = [
+        RequestSpec(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}) for r in requests
+    ]
+    assert again == requests

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pagedkv.engine.request import Request, RequestStatus
 
@@ -71,15 +72,20 @@ class StepTotals:
     weighted_rounding: float = 0.0  # time integral of MemoryUsage.allocator_rounding
 
 
-def _stats(values: list[float]) -> dict[str, float] | None:
-    if not values:
+def _stats(values: npt.NDArray[np.float64]) -> dict[str, float] | None:
+    if not len(values):
         return None
-    a = np.asarray(values, dtype=float)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {
+        "mean": float(values.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+    }
 
 
 def request_record(r: Request) -> dict[str, Any]:
+    """One request's record (an element of ``pagedkv simulate --json``'s ``requests``)."""
     return {
         "request_id": r.request_id,
         "status": r.status.value,
@@ -101,15 +107,17 @@ def summarize(
 ) -> dict[str, Any]:
     """The run's summary (the ``summary`` object of ``pagedkv simulate --json``)."""
     done = [r for r in requests if r.status is RequestStatus.FINISHED]
-    ttft, tpot, e2e, norm = [], [], [], []
-    for r in done:
-        assert r.first_token_time is not None
-        assert r.finish_time is not None
-        ttft.append(r.first_token_time - r.arrival_time)
-        e2e.append(r.finish_time - r.arrival_time)
-        norm.append((r.finish_time - r.arrival_time) / r.output_len)
-        if r.output_len > 1:
-            tpot.append((r.finish_time - r.first_token_time) / (r.output_len - 1))
+    # Columns of the finished requests, the per-request formulas applied to whole arrays
+    # (float64 arithmetic, so each value is the one Python's floats would give; a finished
+    # request always has its times: a None would fail here, loudly).
+    n = len(done)
+    arrival = np.fromiter((r.arrival_time for r in done), np.float64, n)
+    first = np.fromiter((r.first_token_time for r in done), np.float64, n)
+    finish = np.fromiter((r.finish_time for r in done), np.float64, n)
+    outputs = np.fromiter((r.output_len for r in done), np.int64, n)
+    e2e = finish - arrival
+    several = outputs > 1
+    tpot = (finish[several] - first[several]) / (outputs[several] - 1)
     busy = totals.busy_time
     shares = {
         name: (totals.weighted[name] / busy / capacity if busy else 0.0) for name in CATEGORIES
@@ -119,7 +127,7 @@ def summarize(
     memory["token_utilization"] = shares["token_states"] / allocated if allocated else None
     memory["pool_occupancy"] = allocated
     memory["allocator_rounding"] = totals.weighted_rounding / busy / capacity if busy else 0.0
-    output_tokens = sum(r.output_len for r in done)
+    output_tokens = int(outputs.sum())
     return {
         "num_requests": len(requests),
         "finished": len(done),
@@ -137,10 +145,10 @@ def summarize(
         "swap_outs": totals.swap_outs,
         "swapped_blocks": totals.swapped_blocks,
         "recomputed_tokens": sum(r.num_recomputed_tokens for r in requests),
-        "ttft": _stats(ttft),
+        "ttft": _stats(first - arrival),
         "tpot": _stats(tpot),
         "e2e": _stats(e2e),
-        "normalized_latency": _stats(norm),
+        "normalized_latency": _stats(e2e / outputs),
         "memory": memory,
     }
 

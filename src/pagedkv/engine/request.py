@@ -34,9 +34,10 @@ class RequestStatus(enum.Enum):
     REJECTED = "rejected"  # can never fit; never admitted
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
-    """One request's counters and timestamps. Identity is the object (``eq=False``)."""
+    """One request's counters and timestamps. Identity is the object (``eq=False``). Slotted:
+    a run holds 10^6 of them, and a field not declared here cannot be set by mistake."""
 
     request_id: int
     arrival_time: float
@@ -60,9 +61,9 @@ class Request:
     parent_id: int | None = None  # a closed-loop follow-up of this request (a chat turn)
     think_time: float = 0.0
     n: int = 1  # parallel samples: sequences in the group once it forks after the prefill
-    # A forked sample's own sampled ids (a real executor's), keyed by its seq id; seq_ids[0]'s
-    # are output_token_ids. A child starts with the parent's (the first token, shared).
-    child_output_ids: dict[object, list[int]] = field(default_factory=dict)
+    # The forked samples' own ids (``child_output_ids``); None until a group first uses them
+    # (most requests never fork: a run of 10^6 would hold 10^6 empty dicts).
+    _children: dict[object, list[int]] | None = field(default=None, repr=False)
     # Beam search (``pagedkv.engine.beam``): the group's n = beam width sequences are beams
     # that pick their parents after every token. None: independent samples (or one sequence).
     beam: BeamState | None = None
@@ -91,6 +92,19 @@ class Request:
     def __post_init__(self) -> None:
         if not self.seq_ids:
             self.seq_ids = [self.request_id]  # a group of one; parallel sampling adds more
+
+    @property
+    def child_output_ids(self) -> dict[object, list[int]]:
+        """A forked sample's own sampled ids (a real executor's), keyed by its seq id;
+        seq_ids[0]'s are output_token_ids. A child starts with the parent's (the first
+        token, shared). Made empty on first use."""
+        if self._children is None:
+            self._children = {}
+        return self._children
+
+    @child_output_ids.setter
+    def child_output_ids(self, ids: dict[object, list[int]]) -> None:
+        self._children = ids
 
     @property
     def sampled_unforked(self) -> bool:

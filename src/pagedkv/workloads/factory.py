@@ -42,7 +42,7 @@ from pagedkv.workloads.sharegpt import (
     load_sharegpt_vllm,
     load_tokenizer,
 )
-from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.spec import RequestSpec, columns_pass
 from pagedkv.workloads.synthetic import (
     ALPACA_LIKE,
     SHAREGPT_LIKE,
@@ -122,15 +122,16 @@ def _make_requests(config: WorkloadConfig) -> list[RequestSpec]:
         )
     prompts, outputs = cap_lengths(*lengths, config.max_model_len)
     order = sorted(range(count), key=times.__getitem__)  # sorted() is stable
+    # Checked once: the columns in bulk (a base spec's extra and priority were checked when
+    # it was made); columns that fail go through RequestSpec's own checks and their error.
+    make = RequestSpec.checked_already if columns_pass(prompts, outputs, times) else RequestSpec
     if isinstance(base, tuple):
         requests = [
-            RequestSpec(new_id, prompts[i], outputs[i], times[i]) for new_id, i in enumerate(order)
+            make(new_id, prompts[i], outputs[i], times[i]) for new_id, i in enumerate(order)
         ]
     else:
         requests = [
-            RequestSpec(
-                new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority
-            )
+            make(new_id, prompts[i], outputs[i], times[i], base[i].extra, priority=base[i].priority)
             for new_id, i in enumerate(order)
         ]
     if config.kind is WorkloadKind.TRACE:

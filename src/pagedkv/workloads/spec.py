@@ -14,9 +14,10 @@ MAX_TOKEN_ID = 2**63 - 1
 """Token ids are packed as int64 (the prefix cache's block hash, a tensor of ids)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestSpec:
     """One request of a workload. ``output_len`` is known to a simulator, not to a real server.
+    Slotted: a workload may hold 10^6 of them.
 
     ``extra`` keeps a trace's other columns verbatim, as ``(name, text)`` pairs in the file's
     column order: a tuple of tuples so the spec stays frozen and hashable.
@@ -109,10 +110,56 @@ class RequestSpec:
         ):
             raise ConfigError("think_time", self.think_time, "must be a finite number >= 0")
 
+    @classmethod
+    def checked_already(
+        cls,
+        request_id: int,
+        prompt_len: int,
+        output_len: int,
+        arrival_time: float,
+        extra: tuple[tuple[str, str], ...] = (),
+        priority: int = 0,
+    ) -> RequestSpec:
+        """The spec of these fields (the others at their defaults) without checking them
+        again: only for values that provably pass ``__post_init__`` (``columns_pass``), or
+        that come from a spec that did (its ``extra`` and ``priority``), so each request of a
+        workload is checked once. Equal to ``RequestSpec(...)`` of the same values."""
+        spec = object.__new__(cls)
+        _set(spec, "request_id", request_id)
+        _set(spec, "prompt_len", prompt_len)
+        _set(spec, "output_len", output_len)
+        _set(spec, "arrival_time", arrival_time)
+        _set(spec, "extra", extra)
+        _set(spec, "token_ids", None)
+        _set(spec, "output_token_ids", None)
+        _set(spec, "parent_id", None)
+        _set(spec, "think_time", 0.0)
+        _set(spec, "n", 1)
+        _set(spec, "beam_width", 1)
+        _set(spec, "beam_seed", 0)
+        _set(spec, "priority", priority)
+        return spec
+
     @property
     def final_len(self) -> int:
         """prompt_len + output_len: the most tokens the request ever holds."""
         return self.prompt_len + self.output_len
+
+
+_set = object.__setattr__  # a frozen dataclass's own way of setting its fields
+
+
+def columns_pass(prompts: list[int], outputs: list[int], times: list[float]) -> bool:
+    """Do specs of these lengths and arrival times (ids from 0, no other field set) pass
+    ``RequestSpec``'s checks? In bulk: plain ints >= 1, plain floats >= 0 (O(n) in C)."""
+    return (
+        set(map(type, prompts)) <= {int}
+        and set(map(type, outputs)) <= {int}
+        and set(map(type, times)) <= {float}
+        and (not prompts or min(prompts) >= 1)
+        and (not outputs or min(outputs) >= 1)
+        and (not times or min(times) >= 0)  # (a NaN may hide from min: the checks pass it too)
+    )
 
 
 def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
@@ -125,7 +172,8 @@ def _check_ids(field: str, ids: object, length: int, length_field: str) -> None:
     elif (
         isinstance(ids, tuple)
         and len(ids) == length
-        and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids)
+        and set(map(type, ids)) <= {int}  # plain ints (no bools), then their range: in C
+        and (not ids or 0 <= min(ids) <= max(ids) <= MAX_TOKEN_ID)
     ):
         return
     shown = ids if not isinstance(ids, (tuple, TokenRuns)) or len(ids) <= 8 else f"{len(ids)} ids"
