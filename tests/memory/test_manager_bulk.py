@@ -160,7 +160,7 @@ def _pair(bs: int, prompt: list[int], outputs: list[int]) -> list[tuple[KVCacheM
             calls.append(1)
             return rounds(*args)
 
-        m._append_in_rounds = spy  # type: ignore[method-assign]
+        m._append_in_rounds = spy  # type: ignore[method-assign, assignment]
         out.append((m, calls))
     return out
 

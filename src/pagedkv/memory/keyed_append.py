@@ -33,10 +33,11 @@ from pagedkv.errors import PagedKVError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.interface import BlockCopy, SeqId
-from pagedkv.memory.prefix_hash import BlockHash, int64_le, iter_keys
+from pagedkv.memory.prefix_hash import BlockHash, chain_keys, int64_le
 from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.token_runs import TokenRuns
 
-_Plan = tuple[SeqId, BlockTable, int, Sequence[int] | None, list[BlockHash]]
+_Plan = tuple[SeqId, BlockTable, int, Sequence[int] | None, "TokenRuns | None", list[BlockHash]]
 
 
 class KeyedAppendMixin:
@@ -99,21 +100,27 @@ class KeyedAppendMixin:
             if fill and refs[table.blocks[-1]] > 1:
                 return False  # a copy-on-write
             keys: list[BlockHash] = []
+            joined: TokenRuns | None = None  # the table's ids after the append, when runs
             if table.tokens_known:
                 known = table.token_ids
                 if ids is None or len(known) != old or len(table.block_hashes) != old // bs:
                     return False  # ids lost here, ids ahead, or keys held back: rare
+                if type(known) is TokenRuns and type(ids) is TokenRuns:
+                    joined = known + ids
                 full = (fill + k) // bs  # blocks that fill in the window
                 if full:
                     start = old - fill
-                    data = int64_le(known[start:]) + int64_le(ids[: full * bs - fill])
+                    if joined is not None:
+                        data = int64_le(joined[start : start + full * bs])
+                    else:
+                        data = int64_le(known[start:]) + int64_le(ids[: full * bs - fill])
                     parent = table.block_hashes[-1] if start else None
-                    for key in iter_keys(data, bs, table.salt, parent):
+                    keys = chain_keys(data, bs, table.salt, parent)
+                    for key in keys:
                         if key in made or cached(key) is not None:
                             return False
                         made.add(key)
-                        keys.append(key)
-            plan.append((seq_id, table, old, ids, keys))
+            plan.append((seq_id, table, old, ids, joined, keys))
             first = -old % bs
             starts.append(first if first < k else k)
             if first < k:
@@ -123,11 +130,14 @@ class KeyedAppendMixin:
         self._take_in_rounds(plan, starts, k, pool.allocate_many(needed))
         grown: list[tuple[SeqId, BlockTable, int]] = []
         cache = pool.cache_block
-        for seq_id, table, old, ids, keys in plan:
+        for seq_id, table, old, ids, joined, keys in plan:
             table.num_tokens = old + k
             if table.tokens_known:
-                assert ids is not None
-                table.extend_ids(ids)
+                if joined is not None:
+                    table.token_ids = joined
+                else:
+                    assert ids is not None
+                    table.extend_ids(ids)
                 if keys:
                     blocks = table.blocks
                     for j, key in enumerate(keys, old // bs):

@@ -35,6 +35,7 @@ from pagedkv.memory.prefix_hash import (
 )
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.token_runs import TokenRuns
 from pagedkv.memory.usage import MemoryUsage
 from pagedkv.validation import as_int
 
@@ -109,6 +110,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         # Token ids are read (hashed, matched) only with one of these on: only then are their
         # types checked (their number always is).
         self._ids_read = config.enable_prefix_caching or config.enable_pinned_prefixes
+        # The block keys of the last ids looked up (immutable ones: runs or a tuple): a waiting
+        # request is looked up at every step until it is admitted, and once more then. Keys
+        # are a function of the ids and the salt alone, so this holds no state of the books.
+        self._keys_memo: tuple[Sequence[int], bytes | None, list[BlockHash]] | None = None
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -297,17 +302,28 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         self._settle()  # growth's blocks not chosen yet may be cached free ones
         bs = self.block_size
         n = (len(token_ids) - 1) // bs
+        salt = _to_salt(cache_salt)
+        ids = token_ids[: n * bs]
         blocks: list[int] = []
-        keys: list[BlockHash] = []
         lookup = self.gpu.lookup
-        # The ids encoded once, in C; keys are made only up to the first miss.
-        for key in iter_keys(int64_le(token_ids[: n * bs]), bs, _to_salt(cache_salt)):
+        memo = self._keys_memo
+        if memo is not None and memo[1] == salt and type(memo[0]) is type(ids) and memo[0] == ids:
+            keys: Sequence[BlockHash] = memo[2]
+        elif type(ids) is TokenRuns or type(ids) is tuple:
+            keys = hash_blocks(ids, bs, salt)
+            self._keys_memo = (ids, salt, keys)
+        else:  # ids the caller may change later: not kept, and keyed only up to the first miss
+            keys = []
+            for key in iter_keys(int64_le(ids), bs, salt):
+                if lookup(key) is None:
+                    break
+                keys.append(key)
+        for key in keys:
             block = lookup(key)
             if block is None:
                 break
             blocks.append(block)
-            keys.append(key)
-        return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys))
+        return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
 
     # ----- admission --------------------------------------------------------------------------
     def can_allocate(

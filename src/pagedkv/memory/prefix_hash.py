@@ -109,8 +109,17 @@ def hash_blocks(
 def chain_keys(
     data: bytes, block_size: int, salt: bytes | None = None, parent: BlockHash | None = None
 ) -> list[BlockHash]:
-    """``hash_blocks`` of ids already encoded (``int64_le``): one key per whole block."""
-    return list(iter_keys(data, block_size, salt, parent))
+    """``hash_blocks`` of ids already encoded (``int64_le``): one key per whole block
+    (``iter_keys`` as a list, without a generator's cost per key)."""
+    if parent is None:
+        return list(iter_keys(data, block_size, salt))
+    width = 8 * block_size
+    sha = hashlib.sha256
+    keys = []
+    for off in range(0, len(data) - width + 1, width):
+        parent = sha(parent + data[off : off + width]).digest()
+        keys.append(parent)
+    return keys
 
 
 def iter_keys(

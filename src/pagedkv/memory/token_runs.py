@@ -56,7 +56,10 @@ class TokenRuns(Sequence[int]):
     @classmethod
     def _of(cls, runs: tuple[range, ...], length: int) -> TokenRuns:
         out = cls.__new__(cls)
-        out._set(runs, length)
+        out._runs = runs  # ``_set``, inlined: every slice and append makes one
+        out._len = length
+        out._ends = None
+        out._hash = None
         return out
 
     @property
