@@ -86,7 +86,9 @@ class KeyedAppendMixin:
         refs = pool.ref_counts
         cached = pool.lookup
         tables = self._tables
+        check = self._check_appended_ids
         plan: list[_Plan] = []
+        grown: list[tuple[SeqId, BlockTable, int]] = []
         made: set[BlockHash] = set()
         starts: list[int] = []  # each sequence's first round that starts a block (k: none)
         needed = 0
@@ -94,7 +96,7 @@ class KeyedAppendMixin:
             table = tables[seq_id]
             ids = None if token_ids is None else token_ids[i]
             if ids is not None:
-                self._check_appended_ids(ids, k)  # (the reference checks each round's id)
+                check(ids, k)  # (the reference checks each round's id)
             old = table.num_tokens
             fill = old % bs
             if fill and refs[table.blocks[-1]] > 1:
@@ -121,6 +123,7 @@ class KeyedAppendMixin:
                             return False
                         made.add(key)
             plan.append((seq_id, table, old, ids, joined, keys))
+            grown.append((seq_id, table, old))
             first = -old % bs
             starts.append(first if first < k else k)
             if first < k:
@@ -128,9 +131,8 @@ class KeyedAppendMixin:
         if needed > pool.num_free:
             raise PagedKVError(f"append_slots_all: {needed} new blocks, {pool.num_free} free")
         self._take_in_rounds(plan, starts, k, pool.allocate_many(needed))
-        grown: list[tuple[SeqId, BlockTable, int]] = []
         cache = pool.cache_block
-        for seq_id, table, old, ids, joined, keys in plan:
+        for _, table, old, ids, joined, keys in plan:
             table.num_tokens = old + k
             if table.tokens_known:
                 if joined is not None:
@@ -143,7 +145,6 @@ class KeyedAppendMixin:
                     for j, key in enumerate(keys, old // bs):
                         cache(blocks[j], key)
                     table.block_hashes += keys
-            grown.append((seq_id, table, old))
         self._tails.grow_all(grown)
         self._token_slots += k * len(plan)
         return True
