@@ -42,7 +42,7 @@ def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
     runs are checked from their bounds, O(runs)."""
     if type(token_ids) is TokenRuns:  # (not isinstance: an ABC check costs per call)
         runs = token_ids.runs
-        if len(runs) == 1 and INT64_MIN <= runs[0].start and runs[0].stop <= INT64_MAX + 1:
+        if len(runs) == 1 and runs[0].start >= INT64_MIN and runs[0].stop <= INT64_MAX + 1:
             return  # one run in range (a simulated request's slice: the usual call)
         bounds = token_ids.bounds()
         if bounds is not None and not INT64_MIN <= bounds[0] <= bounds[1] <= INT64_MAX:
