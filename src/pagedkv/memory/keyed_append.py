@@ -113,7 +113,7 @@ class KeyedAppendMixin:
                 if full:
                     start = old - fill
                     if joined is not None:
-                        data = int64_le(joined[start : start + full * bs])
+                        data = joined.int64_le_of(start, start + full * bs)
                     else:
                         data = int64_le(known[start:]) + int64_le(ids[: full * bs - fill])
                     parent = table.block_hashes[-1] if start else None

@@ -175,6 +175,18 @@ class TokenRuns(Sequence[int]):
             return None
         return min(r.start for r in runs), max(r.stop - 1 for r in runs)
 
+    def int64_le_of(self, start: int, stop: int) -> bytes:
+        """``self[start:stop].int64_le()`` (0 <= start <= stop <= len), without making the
+        slice when it lies in the last run (a table's newest block, the usual case)."""
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            offset = self._len - len(last)
+            if start >= offset:
+                r = last[start - offset : stop - offset]
+                return struct.pack(f"<{len(r)}q", *r)
+        return self[start:stop].int64_le()
+
     def int64_le(self) -> bytes:
         """The ids as consecutive little-endian int64 (the caller has checked they fit).
         ``struct`` packs a range's ids in C, about twice as fast as ``array.extend``."""
