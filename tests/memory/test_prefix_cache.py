@@ -241,18 +241,18 @@ def _walked(
     return tuple(blocks), len(blocks) * bs, tuple(keys)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.sampled_from(BLOCK_SIZES),
     st.lists(
         st.tuples(
-            st.integers(0, 3),  # which prompt
+            st.integers(0, 23),  # which prompt (more than the lookup keeps keys of)
             st.sampled_from(["list", "tuple", "runs"]),
             st.sampled_from([None, "t"]),
             st.sampled_from(["look", "allocate", "free"]),
         ),
         min_size=1,
-        max_size=25,
+        max_size=40,
     ),
 )
 def test_lookups_equal_the_chain_walked_afresh(
@@ -264,6 +264,9 @@ def test_lookups_equal_the_chain_walked_afresh(
     ids as lists, tuples or runs and with or without a salt."""
     prompts = [list(range(3 * bs + 1)), [*range(2 * bs), *range(500, 500 + 2 * bs)], [9] * 4 * bs]
     prompts.append(prompts[0][: bs + 1])
+    prompts += [
+        [*range(bs * (j % 4)), *range(10**6 * j, 10**6 * j + j % 3 * bs + 1)] for j in range(20)
+    ]
     m = make_manager(bs, 12, prefix_caching=True)
     held: list[int] = []
     for n, (which, kind, salt, act) in enumerate(steps):

@@ -49,6 +49,8 @@ class PrefixHit:
     block_keys: tuple[BlockHash, ...] = ()
 
 
+_KEYS_MEMO = 16
+"""Ids whose block keys ``lookup_prefix`` keeps (the oldest goes first)."""
 NO_HIT = PrefixHit((), 0)  # token ids unknown: nothing to look up (one object, made once)
 # can_allocate's answers as globals: looking an enum member up on its class costs CPython 3.11
 # about four times a global read, and admission asks at every arrival.
@@ -110,10 +112,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         # Token ids are read (hashed, matched) only with one of these on: only then are their
         # types checked (their number always is).
         self._ids_read = config.enable_prefix_caching or config.enable_pinned_prefixes
-        # The block keys of the last ids looked up (immutable ones: runs or a tuple): a waiting
-        # request is looked up at every step until it is admitted, and once more then. Keys
-        # are a function of the ids and the salt alone, so this holds no state of the books.
-        self._keys_memo: tuple[Sequence[int], bytes | None, list[BlockHash]] | None = None
+        # The block keys of the last few ids looked up (immutable ones: runs or a tuple): a
+        # waiting request is looked up at every step until it is admitted, and once more then,
+        # between arrivals' lookups. Keys are a function of the ids and the salt alone, so
+        # this holds no state of the books.
+        self._keys_memo: dict[tuple[object, bytes | None], list[BlockHash]] = {}
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -306,12 +309,16 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         ids = token_ids[: n * bs]
         blocks: list[int] = []
         lookup = self.gpu.lookup
-        memo = self._keys_memo
-        if memo is not None and memo[1] == salt and type(memo[0]) is type(ids) and memo[0] == ids:
-            keys: Sequence[BlockHash] = memo[2]
-        elif type(ids) is TokenRuns or type(ids) is tuple:
-            keys = hash_blocks(ids, bs, salt)
-            self._keys_memo = (ids, salt, keys)
+        # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
+        name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
+        if name is not None:
+            memo = self._keys_memo
+            keys: Sequence[BlockHash] | None = memo.get((name, salt))
+            if keys is None:
+                keys = hash_blocks(ids, bs, salt)
+                if len(memo) >= _KEYS_MEMO:
+                    del memo[next(iter(memo))]  # the oldest
+                memo[name, salt] = keys
         else:  # ids the caller may change later: not kept, and keyed only up to the first miss
             keys = []
             for key in iter_keys(int64_le(ids), bs, salt):
