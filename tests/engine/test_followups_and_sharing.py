@@ -157,7 +157,8 @@ def test_token_slice_spans_prompt_and_outputs() -> None:
 def test_token_slices_of_runs_equal_those_of_tuples(
     prompt: list[int], outputs: list[int], sampled: int, data: st.DataObject
 ) -> None:
-    """The same ids as runs or as tuples give the same slices, as tuples."""
+    """The same ids as runs or as tuples give the same slices: runs of runs (no Python int per
+    id), tuples of tuples."""
 
     def runs(lengths: list[int], base: int) -> TokenRuns:
         return TokenRuns(range(base + 100 * i, base + 100 * i + n) for i, n in enumerate(lengths))
@@ -173,9 +174,10 @@ def test_token_slices_of_runs_equal_those_of_tuples(
         r.num_output_tokens = min(sampled, len(outs))
     end = data.draw(st.integers(0, as_runs.num_tokens))
     start = data.draw(st.integers(0, end))
-    got = as_runs.token_slice(start, end)
-    assert type(got) is tuple
-    assert got == as_tuples.token_slice(start, end) == (*ids, *outs)[start:end]
+    got, want = as_runs.token_slice(start, end), as_tuples.token_slice(start, end)
+    assert type(got) is TokenRuns
+    assert type(want) is tuple
+    assert tuple(got) == want == (*ids, *outs)[start:end]
     assert as_runs.known_token_ids == as_tuples.known_token_ids
 
 

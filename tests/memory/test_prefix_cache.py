@@ -8,6 +8,9 @@ from hypothesis import given, settings
 
 from pagedkv.memory.block_table import cdiv
 from pagedkv.memory.interface import AllocStatus
+from pagedkv.memory.manager import KVCacheManager
+from pagedkv.memory.prefix_hash import hash_block
+from pagedkv.memory.token_runs import TokenRuns
 from tests.factories import BLOCK_SIZES, make_manager, make_request
 
 
@@ -218,3 +221,68 @@ def test_a_bulk_append_of_many_rounds_equals_the_rounds(
         return m.gpu.free_blocks(), list(m.gpu.block_hash), m.stats, [m.block_ids(s) for s in seqs]
 
     assert run([outputs]) == run([1] * outputs)
+
+
+def _walked(
+    m: KVCacheManager, ids: list[int], salt: bytes | None
+) -> tuple[tuple[int, ...], int, tuple[bytes, ...]]:
+    """A lookup from first principles: chain ``hash_block`` over the whole blocks within the
+    first len - 1 ids, stopping at the first key the pool does not hold."""
+    bs = m.block_size
+    blocks: list[int] = []
+    keys: list[bytes] = []
+    for j in range((len(ids) - 1) // bs):
+        key = hash_block(keys[-1] if keys else None, ids[j * bs : (j + 1) * bs], salt)
+        block = m.gpu.lookup(key)
+        if block is None:
+            break
+        blocks.append(block)
+        keys.append(key)
+    return tuple(blocks), len(blocks) * bs, tuple(keys)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(BLOCK_SIZES),
+    st.lists(
+        st.tuples(
+            st.integers(0, 23),  # which prompt (more than the lookup keeps keys of)
+            st.sampled_from(["list", "tuple", "runs"]),
+            st.sampled_from([None, "t"]),
+            st.sampled_from(["look", "allocate", "free"]),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_lookups_equal_the_chain_walked_afresh(
+    bs: int, steps: list[tuple[int, str, str | None, str]]
+) -> None:
+    """Differential: ``lookup_prefix`` (which keeps the keys of the last ids it was asked, a
+    waiting request being asked again at every step) finds exactly the blocks that walking
+    the chain afresh finds, while allocations and frees change what the cache holds, with
+    ids as lists, tuples or runs and with or without a salt."""
+    prompts = [list(range(3 * bs + 1)), [*range(2 * bs), *range(500, 500 + 2 * bs)], [9] * 4 * bs]
+    prompts.append(prompts[0][: bs + 1])
+    prompts += [
+        [*range(bs * (j % 4)), *range(10**6 * j, 10**6 * j + j % 3 * bs + 1)] for j in range(20)
+    ]
+    m = make_manager(bs, 12, prefix_caching=True)
+    held: list[int] = []
+    for n, (which, kind, salt, act) in enumerate(steps):
+        ids = prompts[which]
+        given_ids = {"list": list(ids), "tuple": tuple(ids), "runs": _runs(ids)}[kind]
+        hit = m.lookup_prefix(given_ids, cache_salt=salt)
+        assert (hit.blocks, hit.num_computed_tokens, hit.block_keys) == _walked(
+            m, ids, None if salt is None else b"t"
+        )
+        if act == "allocate":
+            if m.allocate(n, len(ids), token_ids=given_ids, cache_salt=salt) is not None:
+                held.append(n)
+        elif act == "free" and held:
+            m.free(held.pop(0))
+        m.check_integrity()
+
+
+def _runs(ids: list[int]) -> TokenRuns:
+    return TokenRuns(range(t, t + 1) for t in ids)

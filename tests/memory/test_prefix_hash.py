@@ -5,7 +5,8 @@ from __future__ import annotations
 import hypothesis.strategies as st
 from hypothesis import given
 
-from pagedkv.memory.prefix_hash import hash_block, hash_blocks
+from pagedkv.memory.prefix_hash import hash_block, hash_blocks, int64_le, iter_keys
+from pagedkv.memory.token_runs import TokenRuns
 
 tokens = st.lists(st.integers(min_value=0, max_value=2**40), min_size=1, max_size=40)
 
@@ -42,3 +43,25 @@ def test_keys_are_stable_32_byte_digests() -> None:
 def test_max_blocks_limits_the_chain() -> None:
     toks = list(range(64))
     assert hash_blocks(toks, 16, max_blocks=2) == hash_blocks(toks, 16)[:2]
+
+
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60),
+    st.integers(1, 8),
+    st.sampled_from([None, b"", b"tenant"]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_bulk_chain_is_hash_block_chained(
+    toks: list[int], bs: int, salt: bytes | None, with_parent: bool, as_runs: bool
+) -> None:
+    """Differential: ``hash_blocks`` (one encoding, one digest per block) and ``iter_keys``
+    give exactly the keys of ``hash_block`` applied block after block."""
+    parent = hash_block(None, [7]) if with_parent else None
+    want, key = [], parent
+    for j in range(len(toks) // bs):
+        key = hash_block(key, toks[j * bs : (j + 1) * bs], salt)
+        want.append(key)
+    ids = TokenRuns(range(t, t + 1) for t in toks) if as_runs else tuple(toks)
+    assert hash_blocks(ids, bs, salt, parent) == want
+    assert list(iter_keys(int64_le(ids), bs, salt, parent)) == want

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pagedkv.engine.beam import BeamState
 from pagedkv.errors import IntegrityError
-from pagedkv.memory.token_runs import TokenIds
+from pagedkv.memory.token_runs import TokenIds, TokenRuns
 from pagedkv.workloads.spec import RequestSpec
 
 
@@ -143,7 +143,7 @@ class Request:
         return self.prompt_len + self.num_output_tokens
 
     @property
-    def known_token_ids(self) -> tuple[int, ...] | None:
+    def known_token_ids(self) -> TokenIds | None:
         """Every token id so far (prompt, then outputs), or None unless all are known: the
         prompt's ids come with the workload, the outputs' from a real executor (sampled) or
         from the workload (planned, for a simulation with prefix caching)."""
@@ -151,21 +151,22 @@ class Request:
             return None
         return self.token_slice(0, self.num_tokens)
 
-    def token_slice(self, start: int, end: int) -> tuple[int, ...] | None:
+    def token_slice(self, start: int, end: int) -> TokenIds | None:
         """The ids of tokens [start, end) (end <= num_tokens), or None if any is unknown.
 
         0 ........ prompt_len ......... num_tokens
         | prompt ids | output ids (sampled or planned) |
 
-        A tuple even when the ids are held as runs: a slice is read once by the memory layer
-        (which copies it into the sequence's table), and a tuple is the cheapest to read.
+        Runs (``TokenRuns``, O(runs), no Python int per id) where the ids are held as runs, as a
+        simulated workload's prompt and planned outputs are; otherwise a tuple.
         """
         prompt = self.token_ids
         if prompt is None:
             return None
         p = self.prompt_len
         if end <= p:
-            return tuple(prompt[start:end])
+            head = prompt[start:end]
+            return head if type(head) is TokenRuns else tuple(head)
         n = self.num_output_tokens
         if len(self.output_token_ids) == n:
             outs: TokenIds | list[int] = self.output_token_ids
@@ -173,9 +174,14 @@ class Request:
             outs = self.planned_output_ids
         else:
             return None
-        ids = (
-            tuple(outs[start - p : end - p]) if start >= p else (*prompt[start:], *outs[: end - p])
-        )
+        ids: TokenIds
+        if start >= p:
+            tail = outs[start - p : end - p]
+            ids = tail if type(tail) is TokenRuns else tuple(tail)
+        elif type(prompt) is TokenRuns and type(outs) is TokenRuns:
+            ids = prompt[start:] + outs[: end - p]
+        else:
+            ids = (*prompt[start:], *outs[: end - p])
         return ids if len(ids) == end - start else None
 
     def stop_early(self) -> None:

@@ -34,6 +34,7 @@ from pagedkv.memory.interface import (
     SlotCopy,
     SwapMapping,
 )
+from pagedkv.memory.token_runs import TokenIds
 
 # Enum members read on the hot paths (every arrival, admission and finish), as globals: a
 # lookup on the enum class costs CPython 3.11 about four times a global read.
@@ -446,7 +447,7 @@ def _arrival_key(r: Request) -> tuple[float, int]:
     return (r.arrival_time, r.request_id)
 
 
-def new_token_ids(running: Sequence[Request], n: int) -> list[tuple[int, ...] | None] | None:
+def new_token_ids(running: Sequence[Request], n: int) -> list[TokenIds | None] | None:
     """The ids of each request's next ``n`` tokens (None where unknown), or None if no request
     has token ids at all (the usual simulation: then nothing is sliced)."""
     if all(r.token_ids is None for r in running):

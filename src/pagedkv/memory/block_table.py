@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from pagedkv.errors import ConfigError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.interface import BlockCopy
-from pagedkv.memory.prefix_hash import BlockHash, hash_block
+from pagedkv.memory.prefix_hash import BlockHash, hash_blocks
+from pagedkv.memory.token_runs import TokenRuns
+
+
+def _own_ids(token_ids: Sequence[int]) -> list[int] | TokenRuns:
+    """A table's own copy of ids: runs are immutable and shared as they are; anything else is
+    copied into a list (the caller may change its own)."""
+    return token_ids if type(token_ids) is TokenRuns else list(token_ids)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -53,8 +60,9 @@ class BlockTable:
         self.num_tokens = 0
         # Token ids known so far; they may run ahead of num_tokens (a whole prompt is known
         # before all of it has slots). Once a token is appended without its id, later ids can
-        # no longer be placed, so keys stop there (tokens_known = False).
-        self.token_ids: list[int] = list(token_ids) if token_ids is not None else []
+        # no longer be placed, so keys stop there (tokens_known = False). Runs stay runs
+        # (immutable, O(runs)) while every id appended comes as runs; a list otherwise.
+        self.token_ids: list[int] | TokenRuns = _own_ids(token_ids) if token_ids is not None else []
         self.tokens_known = token_ids is not None
         self.block_hashes: list[BlockHash] = []  # keys of blocks 0..len-1 (full, known tokens)
         self.final_len = final_len
@@ -112,7 +120,17 @@ class BlockTable:
         if token_ids is None or len(self.token_ids) != start:
             self.tokens_known = False
             return
-        self.token_ids.extend(token_ids)
+        self.extend_ids(token_ids)
+
+    def extend_ids(self, token_ids: Sequence[int]) -> None:
+        """Append ids to ``token_ids``: runs onto runs stay runs (adjacent ones merge)."""
+        known = self.token_ids
+        if isinstance(known, list):  # (a builtin: no ABC check)
+            known.extend(token_ids)
+        elif type(token_ids) is TokenRuns:
+            self.token_ids = known + token_ids
+        else:
+            self.token_ids = [*known, *token_ids]
 
     def new_block_keys(self, limit: int | None = None) -> list[tuple[int, BlockHash]]:
         """Keys for blocks that became full with known tokens since the last call (within the
@@ -121,20 +139,21 @@ class BlockTable:
         known = min(self.num_tokens, len(self.token_ids))
         if limit is not None:
             known = min(known, limit)
-        out: list[tuple[int, BlockHash]] = []
-        for j in range(len(self.block_hashes), known // bs):
-            parent = self.block_hashes[j - 1] if j else None
-            key = hash_block(parent, self.token_ids[j * bs : (j + 1) * bs], self.salt)
-            self.block_hashes.append(key)
-            out.append((j, key))
-        return out
+        hashes = self.block_hashes
+        first = len(hashes)
+        if known // bs <= first:
+            return []
+        parent = hashes[-1] if first else None
+        keys = hash_blocks(self.token_ids[first * bs : known], bs, self.salt, parent)
+        hashes += keys
+        return list(enumerate(keys, first))
 
     def fork(self, pool: BlockPool, final_len: int | None = None) -> BlockTable:
         """A child that shares every block (each reference count + 1)."""
         child = BlockTable(self.block_size, final_len=final_len, salt=self.salt)
         child.blocks = list(self.blocks)
         child.num_tokens = self.num_tokens
-        child.token_ids = list(self.token_ids)
+        child.token_ids = _own_ids(self.token_ids)
         child.tokens_known = self.tokens_known
         child.block_hashes = list(self.block_hashes)
         for block in self.blocks:

@@ -24,10 +24,18 @@ from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.eviction import gpu_pool
 from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
+from pagedkv.memory.keyed_append import KeyedAppendMixin
 from pagedkv.memory.pinned import PinnedPrefixMixin
-from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_block, hash_blocks
+from pagedkv.memory.prefix_hash import (
+    BlockHash,
+    check_token_ids,
+    hash_blocks,
+    int64_le,
+    iter_keys,
+)
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.token_runs import TokenRuns
 from pagedkv.memory.usage import MemoryUsage
 from pagedkv.validation import as_int
 
@@ -41,6 +49,8 @@ class PrefixHit:
     block_keys: tuple[BlockHash, ...] = ()
 
 
+_KEYS_MEMO = 16
+"""Ids whose block keys ``lookup_prefix`` keeps (the oldest goes first)."""
 NO_HIT = PrefixHit((), 0)  # token ids unknown: nothing to look up (one object, made once)
 # can_allocate's answers as globals: looking an enum member up on its class costs CPython 3.11
 # about four times a global read, and admission asks at every arrival.
@@ -77,11 +87,12 @@ def _to_salt(cache_salt: str | bytes | None) -> bytes | None:
     return cache_salt.encode() if isinstance(cache_salt, str) else cache_salt
 
 
-class KVCacheManager(PinnedPrefixMixin, SwapMixin):
+class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
     """Paged KV memory: a GPU block pool, a CPU swap pool, one block table per sequence.
 
     Swapping (``swap_out``, ``swap_in`` and their can-halves) lives in ``SwapMixin``; explicit
-    pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``.
+    pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``; the bulk
+    append under prefix caching in ``KeyedAppendMixin``.
     """
 
     def __init__(self, config: CacheConfig, gpu: BlockPool | None = None) -> None:
@@ -101,6 +112,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         # Token ids are read (hashed, matched) only with one of these on: only then are their
         # types checked (their number always is).
         self._ids_read = config.enable_prefix_caching or config.enable_pinned_prefixes
+        # The block keys of the last few ids looked up (immutable ones: runs or a tuple): a
+        # waiting request is looked up at every step until it is admitted, and once more then,
+        # between arrivals' lookups. Keys are a function of the ids and the salt alone, so
+        # this holds no state of the books.
+        self._keys_memo: dict[tuple[object, bytes | None], list[BlockHash]] = {}
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -302,17 +318,33 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             return PrefixHit((), 0)
         self._settle()  # growth's blocks not chosen yet may be cached free ones
         bs = self.block_size
+        n = (len(token_ids) - 1) // bs
         salt = _to_salt(cache_salt)
+        ids = token_ids[: n * bs]
         blocks: list[int] = []
-        keys: list[BlockHash] = []
-        for j in range((len(token_ids) - 1) // bs):
-            key = hash_block(keys[-1] if keys else None, token_ids[j * bs : (j + 1) * bs], salt)
-            block = self.gpu.lookup(key)
+        lookup = self.gpu.lookup
+        # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
+        name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
+        if name is not None:
+            memo = self._keys_memo
+            keys: Sequence[BlockHash] | None = memo.get((name, salt))
+            if keys is None:
+                keys = hash_blocks(ids, bs, salt)
+                if len(memo) >= _KEYS_MEMO:
+                    del memo[next(iter(memo))]  # the oldest
+                memo[name, salt] = keys
+        else:  # ids the caller may change later: not kept, and keyed only up to the first miss
+            keys = []
+            for key in iter_keys(int64_le(ids), bs, salt):
+                if lookup(key) is None:
+                    break
+                keys.append(key)
+        for key in keys:
+            block = lookup(key)
             if block is None:
                 break
             blocks.append(block)
-            keys.append(key)
-        return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys))
+        return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
 
     # ----- admission --------------------------------------------------------------------------
     def can_allocate(
@@ -574,7 +606,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
         refs = pool.ref_counts
         take = pool.allocate
         general = self.config.enable_prefix_caching
-        if general and num_tokens > 1 and len(seq_ids) > 1:
+        if general and num_tokens:
             return self._append_rounds(seq_ids, num_tokens, token_ids)
         copies: list[BlockCopy] = []
         same: list[int] = []  # last blocks that stay partial: only their fill moves
@@ -617,69 +649,6 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin):
             self._tails.grow_all(grown)
             self._token_slots += num_tokens * (len(same) + len(grown))
         return copies
-
-    def _append_rounds(
-        self,
-        seq_ids: Sequence[SeqId],
-        num_tokens: int,
-        token_ids: Sequence[Sequence[int] | None] | None,
-    ) -> list[BlockCopy]:
-        """``append_slots_all`` with prefix caching, in the order of the rounds it stands for:
-        round by round, sequence by sequence. Which sequence keys a block first, and which
-        free cached block an allocation evicts before a key is registered, depend on that
-        order (found by tests/test_fuzz_configs.py: evictions differed from the reference).
-
-        Only three kinds of token touch the pool or the cache: one that starts a block (an
-        allocation, which may evict), one that fills a block (its key is registered), and the
-        first into a shared partial block (a copy-on-write). The others only move their own
-        table's count and the tail books, which commute with everything else; so each
-        sequence's quiet tokens are appended in one piece just before its next such token,
-        and those tokens keep the rounds' order."""
-        bs = self.block_size
-        refs = self.gpu.ref_counts
-        events: dict[int, list[int]] = {}  # round -> the sequences (in order) with an event
-        for i, seq_id in enumerate(seq_ids):
-            table = self._gpu_table(seq_id)
-            t0 = table.num_tokens
-            starts = {-t0 % bs, (bs - 1 - t0) % bs}  # first rounds that start / fill a block
-            if t0 % bs and table.blocks and refs[table.blocks[-1]] > 1:
-                starts.add(0)
-            rounds = sorted({r for s in starts for r in range(s, num_tokens, bs)})
-            for r in rounds:
-                events.setdefault(r, []).append(i)
-        done = [0] * len(seq_ids)
-        copies: list[BlockCopy] = []
-        for r in sorted(events):
-            for i in events[r]:
-                seq_id = seq_ids[i]
-                ids = None if token_ids is None else token_ids[i]
-                if done[i] < r:
-                    self._append_quiet(seq_id, done[i], r, ids)
-                got = self.append_slots(
-                    seq_id, 1, token_ids=None if ids is None else ids[r : r + 1]
-                )
-                if got is None:
-                    raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
-                copies.extend(got)
-                done[i] = r + 1
-        for i, seq_id in enumerate(seq_ids):
-            if done[i] < num_tokens:
-                self._append_quiet(
-                    seq_id, done[i], num_tokens, None if token_ids is None else token_ids[i]
-                )
-        return copies
-
-    def _append_quiet(
-        self, seq_id: SeqId, start: int, stop: int, ids: Sequence[int] | None
-    ) -> None:
-        """Tokens ``start:stop`` of a bulk append that neither start nor fill a block."""
-        got = self.append_slots(
-            seq_id, stop - start, token_ids=None if ids is None else ids[start:stop]
-        )
-        if got:  # the event schedule said no block is touched: a copy means it was wrong
-            raise PagedKVError(f"append_slots_all: {seq_id!r} copied a block on a quiet append")
-        if got is None:
-            raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
 
     def fork(
         self, parent: SeqId, child: SeqId, *, final_len: int | None = None

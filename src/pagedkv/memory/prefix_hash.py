@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pagedkv.errors import ConfigError
 from pagedkv.memory.token_runs import INT64_MAX, INT64_MIN, TokenRuns
@@ -41,6 +41,9 @@ def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
     over the whole sequence, in C (numpy integers pass, as ``operator.index`` takes them);
     runs are checked from their bounds, O(runs)."""
     if type(token_ids) is TokenRuns:  # (not isinstance: an ABC check costs per call)
+        runs = token_ids.runs
+        if len(runs) == 1 and runs[0].start >= INT64_MIN and runs[0].stop <= INT64_MAX + 1:
+            return  # one run in range (a simulated request's slice: the usual call)
         bounds = token_ids.bounds()
         if bounds is not None and not INT64_MIN <= bounds[0] <= bounds[1] <= INT64_MAX:
             bad = bounds[0] if bounds[0] < INT64_MIN else bounds[1]
@@ -80,6 +83,13 @@ def hash_block(
     return h.digest()
 
 
+def int64_le(token_ids: Sequence[int]) -> bytes:
+    """The ids as consecutive little-endian int64, in C: the bytes ``hash_block`` hashes."""
+    if type(token_ids) is TokenRuns:  # (not isinstance: an ABC check costs per call)
+        return token_ids.int64_le()
+    return struct.pack(f"<{len(token_ids)}q", *token_ids)
+
+
 def hash_blocks(
     token_ids: Sequence[int],
     block_size: int,
@@ -87,12 +97,54 @@ def hash_blocks(
     parent: BlockHash | None = None,
     max_blocks: int | None = None,
 ) -> list[BlockHash]:
-    """Keys of the consecutive full blocks of ``token_ids`` (a trailing partial block has none)."""
+    """Keys of the consecutive full blocks of ``token_ids`` (a trailing partial block has none).
+
+    Each key is ``hash_block``'s (tests/memory/test_prefix_hash.py checks), from one encoding
+    of all the blocks' ids made in C: a block then costs a digest, not a Python int per id."""
     n = len(token_ids) // block_size
     if max_blocks is not None:
         n = min(n, max_blocks)
-    keys: list[BlockHash] = []
-    for j in range(n):
-        parent = hash_block(parent, token_ids[j * block_size : (j + 1) * block_size], salt)
+    if n <= 0:
+        return []
+    return chain_keys(int64_le(token_ids[: n * block_size]), block_size, salt, parent)
+
+
+def chain_keys(
+    data: bytes, block_size: int, salt: bytes | None = None, parent: BlockHash | None = None
+) -> list[BlockHash]:
+    """``hash_blocks`` of ids already encoded (``int64_le``): one key per whole block
+    (``iter_keys`` as a list, without a generator's cost per key)."""
+    if parent is None:
+        return list(iter_keys(data, block_size, salt))
+    width = 8 * block_size
+    sha = hashlib.sha256
+    keys = []
+    for off in range(0, len(data) - width + 1, width):
+        parent = sha(parent + data[off : off + width]).digest()
         keys.append(parent)
     return keys
+
+
+def iter_keys(
+    data: bytes, block_size: int, salt: bytes | None = None, parent: BlockHash | None = None
+) -> Iterator[BlockHash]:
+    """The keys of the whole blocks of ``data`` (ids encoded by ``int64_le``), one at a time
+    (a prefix lookup stops at its first miss). A key is SHA-256 over the parent's key and then
+    the block's bytes, so one digest of their concatenation gives it."""
+    width = 8 * block_size
+    start = 0
+    if parent is None:  # the first block: the root, and the salt if any (``hash_block``)
+        if len(data) < width:
+            return
+        h = hashlib.sha256(ROOT)
+        if salt:
+            h.update(struct.pack("<q", len(salt)))
+            h.update(salt)
+        h.update(data[:width])
+        parent = h.digest()
+        yield parent
+        start = width
+    sha = hashlib.sha256
+    for off in range(start, len(data) - width + 1, width):
+        parent = sha(parent + data[off : off + width]).digest()
+        yield parent

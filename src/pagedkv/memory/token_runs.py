@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import sys
-from array import array
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
@@ -57,7 +56,10 @@ class TokenRuns(Sequence[int]):
     @classmethod
     def _of(cls, runs: tuple[range, ...], length: int) -> TokenRuns:
         out = cls.__new__(cls)
-        out._set(runs, length)
+        out._runs = runs  # ``_set``, inlined: every slice and append makes one
+        out._len = length
+        out._ends = None
+        out._hash = None
         return out
 
     @property
@@ -99,7 +101,12 @@ class TokenRuns(Sequence[int]):
     def _slice(self, start: int, stop: int) -> TokenRuns:
         if stop <= start:
             return _EMPTY
-        ends, runs = self._cumulative(), self._runs
+        runs = self._runs
+        last = runs[-1]
+        if start >= self._len - len(last):  # within the last run (a table's newest ids)
+            offset = self._len - len(last)
+            return TokenRuns._of((last[start - offset : stop - offset],), stop - start)
+        ends = self._cumulative()
         k = bisect.bisect_right(ends, start)
         out: list[range] = []
         while k < len(runs) and (ends[k - 1] if k else 0) < stop:
@@ -168,14 +175,26 @@ class TokenRuns(Sequence[int]):
             return None
         return min(r.start for r in runs), max(r.stop - 1 for r in runs)
 
+    def int64_le_of(self, start: int, stop: int) -> bytes:
+        """``self[start:stop].int64_le()`` (0 <= start <= stop <= len), without making the
+        slice when it lies in the last run (a table's newest block, the usual case)."""
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            offset = self._len - len(last)
+            if start >= offset:
+                r = last[start - offset : stop - offset]
+                return struct.pack(f"<{len(r)}q", *r)
+        return self[start:stop].int64_le()
+
     def int64_le(self) -> bytes:
-        """The ids as consecutive little-endian int64 (the caller has checked they fit)."""
-        data = array("q")
-        for r in self._runs:
-            data.extend(r)  # array.extend over a range runs in C
-        if sys.byteorder == "big":
-            data.byteswap()
-        return data.tobytes()
+        """The ids as consecutive little-endian int64 (the caller has checked they fit).
+        ``struct`` packs a range's ids in C, about twice as fast as ``array.extend``."""
+        runs = self._runs
+        if len(runs) == 1:
+            r = runs[0]
+            return struct.pack(f"<{len(r)}q", *r)
+        return b"".join(struct.pack(f"<{len(r)}q", *r) for r in runs)
 
 
 _EMPTY = TokenRuns()
