@@ -260,3 +260,24 @@ def test_an_admission_round_starts_a_window() -> None:
     ff = engine.fast_forward
     assert ff is not None
     assert engine.totals.iterations - ff.rounds == len(workload)
+
+
+@pytest.mark.parametrize("token_times", [False, True])
+def test_an_arrival_at_a_rounds_end_falls_on_the_same_side_in_both_loops(token_times: bool) -> None:
+    """Under a unit clock, arrivals on a 0.1 s grid tie round ends exactly. The reference loop
+    adds rounds one by one and the fast path sums them, so their clocks differ in the last bits
+    (here 7.3 + 1.0 against 8.3 - 7.3); ``Ledger.arrived`` puts such a tie on the same side for
+    both (a Hypothesis draw found this workload: the fast path decoded once before admitting)."""
+    arrivals = [0.3, 0.3, 1.3, 3.8, 4.8, 5.8, *[8.3] * 18]
+    workload = [RequestSpec(i, 1, 109 if i == 0 else 1, t) for i, t in enumerate(arrivals)]
+    for scheduler in POLICIES:
+        both_equal(
+            workload,
+            UnitCost(),
+            scheduler,
+            1,
+            288,
+            "recompute",
+            max_model_len=MAX_LEN,
+            token_times=token_times,
+        )

@@ -160,7 +160,7 @@ class Cohort:
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
-                if arrival is not None and arrival <= ledger.now:
+                if arrival is not None and ledger.arrived(arrival):
                     eng.admit_arrivals()
                     arrival = eng.next_arrival
                     replan = True
@@ -197,8 +197,8 @@ class Cohort:
             context = self.sum_tokens + n * a - self.sum_join
             curve = decode_curve(n, context)
             sums = curve.sums(k)
-            if arrival is not None and arrival - ledger.now <= sums[0] and not one:
-                k, sums = curve.reach(arrival - ledger.now)  # it falls in round <= k
+            if arrival is not None and ledger.until(arrival) <= sums[0] and not one:
+                k, sums = curve.reach(ledger.until(arrival))  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
             tokens_now, reservation, internal_now = books()

@@ -27,7 +27,7 @@ from typing import Any
 
 from pagedkv.engine.executor import Executor
 from pagedkv.engine.fast_forward import FastForward
-from pagedkv.engine.ledger import Ledger, Span
+from pagedkv.engine.ledger import ARRIVAL_SLACK_S, Ledger, Span
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
@@ -115,7 +115,8 @@ class Engine:
 
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
-        pending, released, now = self.pending, self.released, self.ledger.now
+        pending, released = self.pending, self.released
+        now = self.ledger.now + ARRIVAL_SLACK_S  # (``Ledger.arrived``)
         if self.cap is None and not released:  # the usual case: open-loop arrivals, in order
             add = self.scheduler.add_request  # (a rejection releases nothing)
             while pending and pending[0].arrival_time <= now:

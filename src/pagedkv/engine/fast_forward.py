@@ -87,7 +87,7 @@ class FastForward:
             if stop is not None or not sched.running or sched.has_queued():
                 return
             arrival = eng.next_arrival
-            if arrival is not None and arrival <= eng.ledger.now:
+            if arrival is not None and eng.ledger.arrived(arrival):
                 return
 
     def _window(self) -> str | None:
@@ -128,7 +128,7 @@ class FastForward:
         curve = self.cost.curve(base, BatchShape.decode_growth(n))
         arrival = eng.next_arrival
         if arrival is not None and not queued:
-            k_arrival = curve.steps_to_reach(arrival - eng.ledger.now)
+            k_arrival = curve.steps_to_reach(eng.ledger.until(arrival))
             if k_arrival <= k:
                 k, stop = k_arrival, "arrival"
         # The round of every block allocation in the window, and the internal fragmentation

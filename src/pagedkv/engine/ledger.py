@@ -22,6 +22,13 @@ from typing import NamedTuple
 from pagedkv.engine.metrics import StepTotals
 from pagedkv.memory.usage import MemoryUsage
 
+ARRIVAL_SLACK_S = 1e-9
+"""An arrival at most this long after a round's end counts as arrived by it (``Ledger.arrived``).
+The reference loop adds step times one by one and the fast path sums them in closed form, so the
+two clocks differ in their last bits; an arrival that ties a round's end exactly (a unit clock,
+arrivals on a grid) must fall on the same side of it in both. A nanosecond is far above that
+rounding (1e-16 of the clock per step) and far below any step time, so no other arrival moves."""
+
 
 class Span(NamedTuple):
     """What ``rounds`` busy rounds of total duration ``time`` add to the totals: the sums of
@@ -116,6 +123,15 @@ class Ledger:
     def advance(self, duration: float) -> None:
         """The clock moves over busy rounds of ``duration`` in total."""
         self.now += duration
+
+    def arrived(self, time: float) -> bool:
+        """Has an arrival at ``time`` happened by now (``ARRIVAL_SLACK_S``)?"""
+        return time <= self.now + ARRIVAL_SLACK_S
+
+    def until(self, time: float) -> float:
+        """The busy time from now after which an arrival at ``time`` has happened (``arrived``):
+        what the fast path's windows sum step times up to."""
+        return time - self.now - ARRIVAL_SLACK_S
 
     def wait_until(self, time: float) -> None:
         """Idle until ``time`` (an arrival), if it is later than now."""
