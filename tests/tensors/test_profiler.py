@@ -41,6 +41,7 @@ def test_the_profile_is_of_the_model_and_round_trips(tiny_profile: Path) -> None
     _, spec = resolve_model("tiny-llama", "float32")
     p.check_model(spec)
     assert p.block_sizes == (1, 16)
+    assert p.layer_residual is not None  # the whole forwards were measured and fitted
     assert p.source["device"] == "cpu"
     assert {"torch", "numpy", "date", "platform", "clock"} <= set(p.source)
     for bs in (1, 16):
