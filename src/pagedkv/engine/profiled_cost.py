@@ -78,6 +78,7 @@ class ProfiledCost:
         self._fixed: dict[int, float] = {}  # decode_curve's constant part, by batch size
         ctx = self._decode.context
         self._ctx_lines = [ctx.line(i) for i in range(len(ctx.x) - 1)]
+        self._ctx_last = len(self._ctx_lines) - 1  # the line that goes on past the last point
 
     # ----- one step -----------------------------------------------------------------------------
     def step_time(self, shape: BatchShape) -> float:
@@ -174,12 +175,13 @@ class ProfiledCost:
         # reaches past it (the lines ``curve`` gives, in the same float operations).
         r0, w = context + n, self.layers
         xs = self._decode.context.x
-        lines = self._ctx_lines
-        s = min(bisect_right(xs, r0) - 1, len(lines) - 1)
+        lines, last = self._ctx_lines, self._ctx_last
+        s = bisect_right(xs, r0) - 1
+        if s >= last:  # on the last line: one segment
+            ga, gb = lines[last]
+            return SegmentCurve((fixed + w * (ga + gb * r0), w * (gb * n)), None)
         ga, gb = lines[s]
         head = (fixed + w * (ga + gb * r0), w * (gb * n))
-        if s == len(lines) - 1:
-            return SegmentCurve(head, None)
 
         def rest() -> tuple[list[int], list[tuple[float, float]]]:
             starts, out = [0], [head]
