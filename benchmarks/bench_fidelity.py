@@ -16,7 +16,8 @@ evaluated ones are seeded apart from the profile's calibration runs):
 
 Per run: the per-step |error| (median, p90) and the sim / real - 1 of output-token throughput,
 mean TTFT and mean TPOT, for the profiled model, the roofline of the same machine and a second
-real run (the noise floor: real vs real). One torch thread, timed with this thread's CPU time
+real run (the noise floor: real vs real); and the profile without its ``layer_residual`` (the
+operators' sum alone) on the same runs. One torch thread, timed with this thread's CPU time
 (other processes do not count), each real step the median of ``--repeats`` timings.
 
 A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
@@ -64,6 +65,14 @@ def workloads(rate: float, bs: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def _operators(o: dict[str, Any] | None) -> str:
+    """The profile without its whole-step term (``layer_residual``) on the same runs."""
+    if o is None:
+        return "-"
+    e = o["step_error"]
+    return f"{e['median']:.0%}/{e['p90']:.0%}, {o['ttft_error']:+.1%}"
+
+
 def drift_shapes() -> list[BatchShape]:
     """The steps the two profiles of a model are compared on (module docstring)."""
     decode = [BatchShape.decode(s, c) for s in range(1, 17) for c in (64, 128, 256, 512)]
@@ -89,6 +98,7 @@ def main() -> None:
         table.add_column(col)
     for col in ("throughput", "TTFT", "TPOT"):
         table.add_column(col, justify="right")
+    table.add_column("operators' sum: step med/p90, TTFT", justify="right")
     results: list[dict[str, Any]] = []
     drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,6 +153,7 @@ def main() -> None:
                         pair("throughput_error"),
                         pair("ttft_error"),
                         pair("tpot_error"),
+                        _operators(run.get("operators")),
                     )
             again = profile(cfg)
             first, second = (ProfiledCost(q, spec, args.block_sizes[0]) for q in (prof, again))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pagedkv.engine.profile import SHAPE_FIELDS, Profile
+from pagedkv.engine.profile import SHAPE_FIELDS, Curve, Profile
 from pagedkv.models.models import ModelSpec
 
 
@@ -30,12 +30,35 @@ def _points(rng: random.Random, top: int) -> list[int]:
     return [0, *inner]
 
 
-def profile_dict(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> dict[str, Any]:
+def _residual(rng: random.Random, linear: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A signed ``layer_residual``: at the linear curve's points and some of its own, a share
+    of -linear there plus a rise (so linear + residual stays >= 0), its last line not falling."""
+    line = Curve(tuple(linear["x"]), tuple(linear["y"]), monotone=False)
+    xs = sorted({*linear["x"], *_points(rng, 900)})
+    share = rng.uniform(0, 1)
+    ys = [-share * line.at(x) + rng.choice([0.0, rng.uniform(0, 1e-4)]) for x in xs]
+    ys[-1] = max(ys[-1], ys[-2])
+    return {"x": xs, "y": ys}
+
+
+def profile_dict(
+    model: ModelSpec, block_sizes: list[int], seed: int = 0, residual: bool | None = None
+) -> dict[str, Any]:
     """A valid profile of ``model``'s shapes at ``block_sizes``, with random curves (the
     context curves nondecreasing, the token and row curves rising and falling) whose points
-    fall inside the windows the engine builds."""
+    fall inside the windows the engine builds; with a ``layer_residual`` when ``residual``
+    (None: for every other seed)."""
     rng = random.Random(seed)
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}[model.dtype_bytes]
+    data = _profile_dict(rng, model, block_sizes, dtype)
+    if residual or (residual is None and seed % 2):
+        data["layer_residual"] = _residual(rng, data["linear"])
+    return data
+
+
+def _profile_dict(
+    rng: random.Random, model: ModelSpec, block_sizes: list[int], dtype: str
+) -> dict[str, Any]:
     return {
         "format": "pagedkv-profile",
         "version": 1,
@@ -79,5 +102,7 @@ def profile_dict(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> dic
     }
 
 
-def synthetic_profile(model: ModelSpec, block_sizes: list[int], seed: int = 0) -> Profile:
-    return Profile.from_dict(profile_dict(model, block_sizes, seed))
+def synthetic_profile(
+    model: ModelSpec, block_sizes: list[int], seed: int = 0, residual: bool | None = None
+) -> Profile:
+    return Profile.from_dict(profile_dict(model, block_sizes, seed, residual))

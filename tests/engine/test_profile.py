@@ -87,12 +87,18 @@ BAD = [
     ("source", {"device": 1}, "profile.source"),
     ("surprise", 1, "profile.surprise"),
     ("embedding", _DELETE, "profile.embedding"),
+    ("layer_residual", [0.0], "profile.layer_residual"),
+    ("layer_residual.y", [0.0, float("inf")], "profile.layer_residual.y[1]"),
+    ("layer_residual.y", [0.0, -1.0], "profile.layer_residual.y"),  # its last line falls
+    ("layer_residual.y", [-1.0, -1.0], "profile.layer_residual"),  # a layer below 0 s
 ]
 
 
 @pytest.mark.parametrize(("path", "value", "field"), BAD)
 def test_bad_profile_names_the_field(path: str, value: Any, field: str) -> None:
     data = copy.deepcopy(profile_dict(OPT, [16], 1))
+    if path == "layer_residual.y":
+        data["layer_residual"] = {"x": [0, 10], "y": [0.0, 0.0]}
     if path == "linear.x":
         data["linear"]["y"] = [0.0] * len(value)
     if path == "linear.y":
@@ -144,3 +150,18 @@ def test_token_curves_may_fall_context_curves_may_not() -> None:
     with pytest.raises(ConfigError) as err:
         Profile.from_dict(data)
     assert err.value.field == "profile.decode_attention.16.context.y"
+
+
+def test_layer_residual_is_optional_signed_and_round_trips() -> None:
+    """A file without ``layer_residual`` (older ones, the built-in profiles) loads with None
+    (the operators' sum); one with it keeps its negative values through a round trip."""
+    without = profile_dict(OPT, [16], 2, residual=False)
+    assert "layer_residual" not in without
+    assert Profile.from_dict(without).layer_residual is None
+    data = profile_dict(OPT, [16], 2, residual=True)
+    data["layer_residual"] = {"x": [0, 10], "y": [-1e-9, -1e-9]}
+    data["linear"] = {"x": [0, 10], "y": [1e-6, 1e-6]}
+    loaded = Profile.from_dict(data)
+    assert loaded.layer_residual is not None
+    assert loaded.layer_residual.at(5) < 0
+    assert Profile.from_dict(json.loads(json.dumps(loaded.to_dict()))) == loaded

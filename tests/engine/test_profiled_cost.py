@@ -3,6 +3,7 @@ gives the same runs as stepping every round."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import hypothesis.strategies as st
@@ -112,6 +113,29 @@ def test_a_window_that_changes_kind_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         cost(0).curve(BatchShape(2, 2, 4, 4), BatchShape(1, 0, 3, 1))
     assert err.value.field == "delta"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    chunks=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2000)), min_size=1, max_size=20),
+)
+def test_layer_residual_adds_layers_times_its_value(
+    seed: int, chunks: list[tuple[int, int]]
+) -> None:
+    """Differential: a profile with ``layer_residual`` prices a step at the same profile
+    without it plus layers x residual(tokens), decode-only or not."""
+    with_it = synthetic_profile(OPT, [16], seed, residual=True)
+    residual = with_it.layer_residual
+    assert residual is not None
+    without = dataclasses.replace(with_it, layer_residual=None)
+    shape = BatchShape.from_chunks(chunks)
+    a = ProfiledCost(with_it, OPT, 16).step_time(shape)
+    b = ProfiledCost(without, OPT, 16).step_time(shape)
+    assert math.isclose(
+        a, b + OPT.num_layers * residual.at(shape.num_tokens), rel_tol=1e-9, abs_tol=1e-12
+    )
+    assert a > 0
 
 
 def test_swap_time() -> None:

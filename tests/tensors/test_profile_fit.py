@@ -8,8 +8,14 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
 
-from pagedkv.engine.profile import Curve
-from pagedkv.tensors.profile_fit import curve, isotonic, line_curve, nonnegative_lstsq
+from pagedkv.engine.profile import Curve, read_residual
+from pagedkv.tensors.profile_fit import (
+    curve,
+    isotonic,
+    line_curve,
+    nonnegative_lstsq,
+    residual_curve,
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -133,3 +139,30 @@ def test_a_curve_that_may_fall_keeps_the_means(points: list[tuple[int, float]]) 
         assert np.isclose(c.at(x), means[x], rtol=1e-9, atol=1e-12)
     last = [means[x] for x in order[-2:]]
     assert np.isclose(c.at(order[-1]), max(last), rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    linear_points=st.lists(
+        st.tuples(st.integers(1, 4096), st.floats(0.0, 1e-2)), min_size=1, max_size=10
+    ),
+    measured=st.lists(
+        st.tuples(st.integers(1, 4096), st.floats(-2e-2, 2e-2)), min_size=1, max_size=10
+    ),
+)
+def test_a_residual_curve_is_valid_and_the_measured_means_where_they_may_be(
+    linear_points: list[tuple[int, float]], measured: list[tuple[int, float]]
+) -> None:
+    """Valid beside the linear curve (the profile's check: linear + residual >= 0 everywhere,
+    its last line not falling); at each measured x the mean measured there, unless that would
+    take a layer below 0 s (then -linear) or it is the last point (raised to the one before)."""
+    xs, ys = zip(*linear_points, strict=True)
+    linear_dict = curve(list(xs), list(ys), monotone=False)
+    linear = Curve(tuple(linear_dict["x"]), tuple(linear_dict["y"]), monotone=False)
+    mx, my = zip(*measured, strict=True)
+    fitted = residual_curve(list(mx), list(my), linear_dict)
+    residual = read_residual(linear, fitted)  # raises if invalid
+    means = {x: float(np.mean([y for x2, y in measured if x2 == x])) for x in mx}
+    for x, mean in means.items():
+        if x in fitted["x"][:-1]:
+            assert np.isclose(residual.at(x), max(mean, -linear.at(x)), rtol=1e-9, atol=1e-15)

@@ -41,6 +41,7 @@ def test_the_profile_is_of_the_model_and_round_trips(tiny_profile: Path) -> None
     _, spec = resolve_model("tiny-llama", "float32")
     p.check_model(spec)
     assert p.block_sizes == (1, 16)
+    assert p.layer_residual is not None  # the whole forwards were measured and fitted
     assert p.source["device"] == "cpu"
     assert {"torch", "numpy", "date", "platform", "clock"} <= set(p.source)
     for bs in (1, 16):
@@ -103,7 +104,7 @@ def test_fidelity_runs_and_writes_its_keys(
     argv = ["fidelity", "--model", "tiny-llama", "--profile", str(tiny_profile)]
     assert main([*argv, "--num-requests", "6", *flags, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    for part in ("summary", "roofline"):
+    for part in ("summary", "roofline", "operators"):  # the profile has a layer_residual
         s = data[part]
         assert s["step_error"]["median"] >= 0
         assert s["step_error"]["p90"] >= s["step_error"]["median"]

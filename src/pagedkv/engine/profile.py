@@ -17,7 +17,12 @@ times are seconds on the profiled device; "per layer" terms are multiplied by th
   preparation, sampling), fitted to a calibration run of its own;
 * ``swap``, per block size: per layer, a fixed cost plus a cost per block (K and V copies);
 * ``rates``: achieved matmul FLOP/s, read and copy bandwidth and the roofline's per-step overhead
-  on this device, so today's roofline can be judged on the same machine.
+  on this device, so today's roofline can be judged on the same machine;
+* ``layer_residual`` (optional): per layer, against the batched tokens, what whole forwards of
+  the profiled layers measured less the sum of the operators above timed one by one (signed:
+  operators run in sequence find their inputs and buffers warm, and cost less than each timed
+  alone after a flush); flat beyond its last point. Absent (older files, the built-in profiles,
+  which have no whole-step measurement): 0, the operators' sum.
 
 A file is one JSON object (``to_dict`` / ``from_dict``); every field is validated and a bad one is
 one ConfigError naming it (``profile.<field>``).
@@ -58,6 +63,13 @@ def _seconds(field: str, value: object, positive: bool = False) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def _finite(field: str, value: object) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not ok or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise ConfigError(field, value, "must be a finite number (seconds, may be < 0)")
+    return float(value)  # type: ignore[arg-type]
+
+
 def _count(field: str, value: object, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(field, value, f"must be an integer >= {minimum}")
@@ -81,6 +93,8 @@ class Curve:
     x: tuple[int, ...]
     y: tuple[float, ...]
     monotone: bool = True
+    signed: bool = False
+    """y may be negative (a residual added to other curves); never with ``monotone``."""
 
     def check(self, field: str) -> Curve:
         if len(self.x) < 2 or len(self.x) != len(self.y):
@@ -90,7 +104,10 @@ class Curve:
         if self.x[0] != 0 or any(b <= a for a, b in zip(self.x, self.x[1:], strict=False)):
             raise ConfigError(f"{field}.x", list(self.x), "must start at 0 and increase")
         for i, y in enumerate(self.y):
-            _seconds(f"{field}.y[{i}]", y)
+            if self.signed:
+                _finite(f"{field}.y[{i}]", y)
+            else:
+                _seconds(f"{field}.y[{i}]", y)
         if self.monotone and any(b < a for a, b in zip(self.y, self.y[1:], strict=False)):
             raise ConfigError(f"{field}.y", list(self.y), "must be nondecreasing (seconds)")
         if self.y[-1] < self.y[-2]:
@@ -112,12 +129,12 @@ class Curve:
         return a + b * x
 
     @classmethod
-    def read(cls, field: str, value: object, monotone: bool = True) -> Curve:
+    def read(cls, field: str, value: object, monotone: bool = True, signed: bool = False) -> Curve:
         data = _mapping(field, value)
         xs, ys = data.get("x"), data.get("y")
         if not isinstance(xs, list) or not isinstance(ys, list):
             raise ConfigError(field, value, "must be {'x': [counts], 'y': [seconds]}")
-        return cls(tuple(xs), tuple(ys), monotone).check(field)
+        return cls(tuple(xs), tuple(ys), monotone, signed).check(field)
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {"x": list(self.x), "y": list(self.y)}
@@ -181,6 +198,28 @@ def _read_scalars(cls: Any, field: str, value: object) -> Any:
     )
 
 
+OPTIONAL = frozenset({"layer_residual"})
+"""Profile fields a file may leave out (each with its fallback in ``Profile``)."""
+
+
+def read_residual(linear: Curve, value: object) -> Curve:
+    """The ``layer_residual`` curve, checked: a layer's operators plus it never below 0 (both
+    piecewise linear and their last lines not falling: checked at every point of either, to
+    rounding)."""
+    field = "profile.layer_residual"
+    residual = Curve.read(field, value, monotone=False, signed=True)
+    for x in sorted({*linear.x, *residual.x}):
+        # a residual fitted to -linear at a point may round an ulp below it
+        if linear.at(x) + residual.at(x) < -1e-12 - 1e-9 * linear.at(x):
+            raise ConfigError(
+                field,
+                residual.at(x),
+                f"must keep linear + layer_residual >= 0 (at {x} tokens: linear "
+                f"{linear.at(x):.3g} s)",
+            )
+    return residual
+
+
 @dataclass(frozen=True)
 class Profile:
     """One model's operators measured on one device (see the module docstring)."""
@@ -201,6 +240,8 @@ class Profile:
     decode_attention: dict[int, DecodeAttention]
     swap: dict[int, SwapCost]
     rates: DeviceRates
+    layer_residual: Curve | None = None
+    """Per layer: whole forwards less their operators' sum (module docstring); None: 0."""
 
     @property
     def dtype_bytes(self) -> int:
@@ -253,6 +294,11 @@ class Profile:
             },
             "swap": {str(bs): asdict(s) for bs, s in sorted(self.swap.items())},
             "rates": asdict(self.rates),
+            **(
+                {}
+                if self.layer_residual is None
+                else {"layer_residual": self.layer_residual.to_dict()}
+            ),
         }
 
     @classmethod
@@ -266,7 +312,7 @@ class Profile:
         extra = sorted(set(d) - known)
         if extra:
             raise ConfigError(f"profile.{extra[0]}", d[extra[0]], "is not a profile field")
-        missing = sorted(known - set(d))
+        missing = sorted(known - set(d) - OPTIONAL)
         if missing:
             raise ConfigError(f"profile.{missing[0]}", None, "is missing")
         source = _mapping("profile.source", d["source"])
@@ -298,6 +344,10 @@ class Profile:
             extra = sorted(set(d[table]) - {str(b) for b in block_sizes})
             if extra:
                 raise ConfigError(f"profile.{table}.{extra[0]}", extra[0], "is not in block_sizes")
+        linear = Curve.read("profile.linear", d["linear"], monotone=False)
+        residual = None
+        if "layer_residual" in d:
+            residual = read_residual(linear, d["layer_residual"])
         return cls(
             source={str(k): v for k, v in source.items()},
             model=dict(model),
@@ -307,7 +357,7 @@ class Profile:
             per_sequence_s=_seconds("profile.per_sequence_s", d["per_sequence_s"]),
             per_token_s=_seconds("profile.per_token_s", d["per_token_s"]),
             embedding=Curve.read("profile.embedding", d["embedding"], monotone=False),
-            linear=Curve.read("profile.linear", d["linear"], monotone=False),
+            linear=linear,
             lm_head=Curve.read("profile.lm_head", d["lm_head"], monotone=False),
             prefill_attention=_read_scalars(
                 PrefillAttention, "profile.prefill_attention", d["prefill_attention"]
@@ -315,6 +365,7 @@ class Profile:
             decode_attention=decode,
             swap=swap,
             rates=_read_scalars(DeviceRates, "profile.rates", d["rates"]),
+            layer_residual=residual,
         )
 
     def write(self, path: str | Path) -> Path:

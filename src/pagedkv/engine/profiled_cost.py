@@ -4,16 +4,18 @@ Per step of shape (T tokens, S sequences, P attention pairs, R K/V tokens read),
 over tp GPUs (per-layer terms divided by tp)::
 
     per_iteration + per_sequence S + per_token T + embedding(T) + lm_head(S) + all-reduces(T)
-      + L / tp x [ linear(T) + attention ]
+      + L / tp x [ linear(T) + residual(T) + attention ]
     attention = decode(R) + decode.per_sequence S                   if T = S (decode only)
               = per_call + per_sequence S + per_pair P + per_read R  otherwise (a prefill in it)
 
-``embedding``, ``lm_head``, ``linear`` and ``decode`` are piecewise-linear curves of measured
-points (``Profile``); the decode curve is the one measured at the run's block size, so the paged
-kernel's per-block cost is in it. A swap of m blocks costs L x (fixed + per_block m / tp), the
-per-layer copies of K and V measured at that block size; recompute is the prefill it repeats.
-Under tensor parallelism the all-reduces are the roofline's (two ring all-reduces of T x hidden
-per layer over the GPU link, ``RooflineConfig``): the profile is of one device.
+``embedding``, ``lm_head``, ``linear``, ``residual`` and ``decode`` are piecewise-linear curves
+of measured points (``Profile``; ``residual`` is ``layer_residual``, what whole forwards measured
+less their operators' sum, 0 in a profile without it); the decode curve is the one measured at
+the run's block size, so the paged kernel's per-block cost is in it. A swap of m blocks costs
+L x (fixed + per_block m / tp), the per-layer copies of K and V measured at that block size;
+recompute is the prefill it repeats. Under tensor parallelism the all-reduces are the
+roofline's (two ring all-reduces of T x hidden per layer over the GPU link, ``RooflineConfig``):
+the profile is of one device.
 
 Over a window of decode rounds (T, S fixed, R growing by S a round) only decode(R) moves, and it
 stays on one line between measured points: the step time is piecewise linear in the round, and
@@ -71,9 +73,12 @@ class ProfiledCost:
             ring = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes
             link = gpu.peer_bandwidth * cfg.interconnect_efficiency
             self._allreduce = (count * cfg.allreduce_latency_s, count * ring / link)
+        # linear(T) + residual(T): one curve, the residual's points added (None: no residual)
+        self._linear = p.linear if p.layer_residual is None else _add(p.linear, p.layer_residual)
         self._fixed: dict[int, float] = {}  # decode_curve's constant part, by batch size
         ctx = self._decode.context
         self._ctx_lines = [ctx.line(i) for i in range(len(ctx.x) - 1)]
+        self._ctx_last = len(self._ctx_lines) - 1  # the line that goes on past the last point
 
     # ----- one step -----------------------------------------------------------------------------
     def step_time(self, shape: BatchShape) -> float:
@@ -102,7 +107,7 @@ class ProfiledCost:
             + p.lm_head.at(s)
             + self._allreduce[0]
             + self._allreduce[1] * t
-            + self.layers * (p.linear.at(t) + attention)
+            + self.layers * (self._linear.at(t) + attention)
         )
 
     def swap_time(self, num_blocks: int) -> float:
@@ -137,7 +142,7 @@ class ProfiledCost:
         terms: list[_Term] = [
             (p.embedding, t0, dt, 1.0),
             (p.lm_head, s0, ds, 1.0),
-            (p.linear, t0, dt, layers),
+            (self._linear, t0, dt, layers),
         ]
         if decode:
             per_seq = self._decode.per_sequence_s * layers
@@ -164,18 +169,19 @@ class ProfiledCost:
                 + p.lm_head.at(n)
                 + self._allreduce[0]
                 + self._allreduce[1] * n
-                + layers * (p.linear.at(n) + self._decode.per_sequence_s * n)
+                + layers * (self._linear.at(n) + self._decode.per_sequence_s * n)
             )
         # The head line and the first breakpoint now; the other segments only if a sum
         # reaches past it (the lines ``curve`` gives, in the same float operations).
         r0, w = context + n, self.layers
         xs = self._decode.context.x
-        lines = self._ctx_lines
-        s = min(bisect_right(xs, r0) - 1, len(lines) - 1)
+        lines, last = self._ctx_lines, self._ctx_last
+        s = bisect_right(xs, r0) - 1
+        if s >= last:  # on the last line: one segment
+            ga, gb = lines[last]
+            return SegmentCurve((fixed + w * (ga + gb * r0), w * (gb * n)), None)
         ga, gb = lines[s]
         head = (fixed + w * (ga + gb * r0), w * (gb * n))
-        if s == len(lines) - 1:
-            return SegmentCurve(head, None)
 
         def rest() -> tuple[list[int], list[tuple[float, float]]]:
             starts, out = [0], [head]
@@ -191,6 +197,13 @@ class ProfiledCost:
             return starts, out
 
         return SegmentCurve(head, -((r0 - xs[s + 1]) // n), rest)
+
+
+def _add(a: Curve, b: Curve) -> Curve:
+    """The curve a + b: both piecewise linear, so the sum is, with the points of either (the
+    later last line holds beyond; both last lines rise or stay, so the sum's does)."""
+    xs = sorted({*a.x, *b.x})
+    return Curve(tuple(xs), tuple(a.at(x) + b.at(x) for x in xs), monotone=False)
 
 
 def _kind_changes(gap: int, growth: int) -> bool:

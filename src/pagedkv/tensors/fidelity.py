@@ -15,6 +15,10 @@ Errors, each defined once here (sim = simulated, real = measured):
 * iterations_real, iterations_sim: the runs' iteration counts; iterations_agree: whether the
   two runs computed the same sequence of batch shapes.
 
+``roofline`` holds the same errors for today's roofline and, for a profile with a
+``layer_residual``, ``operators`` for the profile without it (the operators' sum alone): what
+the whole-step term changes, on the same runs.
+
 Each real step is timed ``repeats`` times, its median its duration (``Repeated``). With
 ``noise_floor`` the real workload runs a second time and ``noise`` holds the same errors of
 that run against the first (the step error over the steps both ran alike, in order): what the
@@ -23,6 +27,7 @@ measurement itself does not repeat, the floor under every figure above.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any
 
@@ -194,6 +199,9 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
             profile.rates.roofline_overhead_s,
         ),
     }
+    if profile.layer_residual is not None:  # the same profile without its whole-step term
+        bare = dataclasses.replace(profile, layer_residual=None)
+        costs["operators"] = ProfiledCost(bare, spec, cfg.block_size)
     out: dict[str, Any] = {"real": real, "profile_source": dict(profile.source)}
     if cfg.noise_floor:
         again, again_steps = runs[2]
@@ -204,5 +212,5 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         sim = _metrics(engine)
         out[f"{name}_sim"] = sim
         errors = _errors(real, sim, real_steps, recorder.steps, cost)
-        out["summary" if name == "profiled" else "roofline"] = errors
+        out["summary" if name == "profiled" else name] = errors
     return out

@@ -71,6 +71,8 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
     result = fidelity(FidelityConfig(**_values(args, FidelityConfig)))
     table = Table(title="simulated / real - 1 (per-step: |error|)")
     parts = {"profiled": result["summary"], "roofline": result["roofline"]}
+    if "operators" in result:
+        parts["operators' sum"] = result["operators"]
     if "noise" in result:
         parts["real again (noise)"] = result["noise"]
     table.add_column("metric", justify="left")

@@ -1,4 +1,4 @@
-"""Fitting measured operator times into what ``ProfiledCost`` reads (numpy only).
+"""Fitting measured operator times into what ``ProfiledCost`` reads (numpy, no torch).
 
 * ``curve``: measured (x, seconds) points -> a ``Curve`` dict: sorted, made nondecreasing (the
   fast-forward's sums rely on step times that never shrink as counts grow) by isotonic
@@ -11,6 +11,9 @@
 * ``isotonic``: pool adjacent violators (least squares under y nondecreasing).
 * ``line_curve``: measured points -> the ``Curve`` dict of one nonnegative least-squares line
   a + b x (a term known to be linear, measured as the difference of two noisy timings);
+* ``residual_curve``: the signed ``layer_residual`` from (tokens, seconds) points: their means,
+  read at every point of the linear curve (interpolated; flat before the first and after the
+  last), each raised to at least -linear there (so a layer never costs less than 0);
 * ``nonnegative_lstsq``: least squares with every coefficient >= 0 (drop the most negative one
   and refit until none is left; a handful of features, so this simple active set is enough).
 """
@@ -21,6 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from pagedkv.engine.profile import Curve
 
 
 def curve(xs: Sequence[int], ys: Sequence[float], monotone: bool = True) -> dict[str, list[Any]]:
@@ -67,6 +72,25 @@ def line_curve(xs: Sequence[int], ys: Sequence[float]) -> dict[str, list[Any]]:
     top = max(max(int(x) for x in xs), 1)
     a, b = nonnegative_lstsq([[1.0, float(x)] for x in xs], ys)
     return {"x": [0, top], "y": [a, a + b * top]}
+
+
+def residual_curve(
+    xs: Sequence[int], ys: Sequence[float], linear: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
+    sums: dict[int, list[float]] = {}
+    for x, y in zip(xs, ys, strict=True):
+        sums.setdefault(int(x), []).append(float(y))
+    px = sorted(sums)
+    py = [float(np.mean(sums[x])) for x in px]
+    line = Curve(tuple(linear["x"]), tuple(float(y) for y in linear["y"]), monotone=False)
+    knots = sorted({*line.x, *px})
+    values = np.interp(knots, px, py)  # flat outside the measured points
+    floor = np.array([-line.at(x) for x in knots])  # the linear curve's last line goes on
+    out = [float(v) for v in np.maximum(values, floor)]
+    if len(knots) == 1:
+        knots, out = [0, 1], [out[0], out[0]]
+    out[-1] = max(out[-1], out[-2])  # its last line, extended, must not fall
+    return {"x": knots, "y": out}
 
 
 def nonnegative_lstsq(features: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:

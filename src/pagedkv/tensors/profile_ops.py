@@ -267,6 +267,46 @@ class OperatorBench:
         fixed, per_block = nonnegative_lstsq(rows, times)
         return {"fixed_s": fixed, "per_block_s": per_block}
 
+    def whole_steps(self) -> list[tuple[BatchShape, float]]:
+        """Whole forwards of the profiling model (its layers with attention, the embedding and
+        the lm head, as one step runs them) at ``whole_step_tokens``: decode batches over
+        contexts near 64 spread over a block's offsets up to ``max_seqs`` sequences, single
+        prefills beyond. What they measure less the operators' sum is ``layer_residual``."""
+        bs = self.cfg.block_sizes[0]
+        c = self.config
+        decodes, prefills = whole_step_tokens(self.cfg, self.max_len)
+        ctx = min(64, self.max_len - 1)
+        per_seq = -(-(ctx + 1) // bs)
+        blocks = max(max(decodes, default=0) * per_seq, -(-max(prefills, default=0) // bs)) + 1
+        cache = self.cache(blocks, bs, layers=c.num_layers)
+        order = torch.randperm(cache.num_blocks, generator=self.gen).tolist()
+        d = self.device
+        out = []
+        for n, decode in [*((n, True) for n in decodes), *((t, False) for t in prefills)]:
+            if decode:
+                lens = [max(ctx - i % bs, 1) for i in range(n)]  # each sequence's context
+                tables = [order[i * per_seq : (i + 1) * per_seq] for i in range(n)]
+                positions = [x - 1 for x in lens]
+                shape = BatchShape.from_chunks((1, x - 1) for x in lens)
+            else:
+                lens, tables, positions = [n], [order[: -(-n // bs)]], list(range(n))
+                shape = BatchShape.from_chunks([(n, 0)])
+            slots = [t[p // bs] * bs + p % bs for t, x in zip(tables, lens, strict=True)
+                     for p in (range(x - 1, x) if decode else range(x))]  # fmt: skip
+            inp = ModelInput(
+                token_ids=torch.randint(0, c.vocab_size, (len(slots),), generator=self.gen).to(d),
+                positions=torch.tensor(positions, dtype=torch.long, device=d),
+                slot_mapping=torch.tensor(slots, dtype=torch.long, device=d),
+                block_tables=tables,
+                context_lens=lens,
+                query_lens=[1] * n if decode else [n],
+                logits_indices=torch.tensor(
+                    list(range(n)) if decode else [n - 1], dtype=torch.long, device=d
+                ),
+            )
+            out.append((shape, self.timer(lambda: self.model(inp, cache))))  # noqa: B023
+        return out
+
     def rates(self) -> dict[str, float]:
         c = self.config
         src = torch.ones(16 * 2**20, dtype=torch.float32, device=self.device)  # 64 MiB
@@ -276,6 +316,16 @@ class OperatorBench:
         a, b = self.randn(64, c.hidden_size), self.randn(c.hidden_size, c.intermediate_size)
         flops = 2 * 64 * c.hidden_size * c.intermediate_size / self.timer(lambda: a @ b)
         return {"matmul_flops": flops, "read_bandwidth": read, "copy_bandwidth": copy}
+
+
+def whole_step_tokens(cfg: ProfileConfig, max_len: int) -> tuple[list[int], list[int]]:
+    """The whole forwards ``whole_steps`` times: decode batches of every size up to
+    ``DENSE_UP_TO`` and powers of two up to ``max_seqs`` (as the linear curve is measured),
+    then single prefills of powers of two above them up to the largest prefill that fits."""
+    decodes = _dense_grid(cfg.max_seqs)
+    top = min(max_len, cfg.max_tokens)
+    prefills = [t for t in _grid(top) if t > decodes[-1]]
+    return decodes, prefills
 
 
 def points(cfg: ProfileConfig) -> int:
@@ -297,4 +347,5 @@ def points(cfg: ProfileConfig) -> int:
     embedding = sum(t <= EMBEDDING_TOKENS for t in tokens)
     rows = len(_dense_grid(cfg.max_seqs))
     fixed = len(tokens) + embedding + rows + prefill + 3 + 3  # mixed, rates
-    return fixed + per_bs * len(cfg.block_sizes)
+    whole = sum(len(x) for x in whole_step_tokens(cfg, spec.max_model_len))
+    return fixed + whole + per_bs * len(cfg.block_sizes)
