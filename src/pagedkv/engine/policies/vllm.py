@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import ClassVar
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
@@ -88,8 +88,12 @@ class VllmScheduler(Scheduler):
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
         of the books)."""
-        if self.config.enable_chunked_prefill or self.has_groups or not self._mirrored():
+        if self.has_groups or not self._mirrored():
             return None
+        if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
+            if type(self)._can_admit is not type(self).books_admission:
+                return None
+            return RoundPlan(SchedulerOutput(), True, chunked=True)
         if self.swapped:  # no admission: a decode, then resumptions while they fit
             return RoundPlan(SchedulerOutput(), True, True)
         if type(self)._can_admit is not type(self).books_admission:
@@ -121,6 +125,31 @@ class VllmScheduler(Scheduler):
         resumed request a block for its next token, so none is preempted for it."""
         self._swap_in(out)
 
+    def fill(
+        self,
+        out: SchedulerOutput,
+        prefilling: Sequence[Request],
+        decoded: Collection[Request],
+        preempted: bool = False,
+    ) -> None:
+        """``_schedule_chunked`` after its decodes (``decoded``, each one token; ``preempted``:
+        they preempted victims): prefill chunks of ``prefilling``, the running requests that
+        do not decode (none has one token left: that would be a decode), then swap-ins and
+        admissions, in what is left of the budget. None of it reads a decoded request (a
+        victim is never one: ``_victim``)."""
+        budget = self.config.token_budget
+        used = len(decoded)
+        self._decoded = decoded
+        try:
+            used += self._prefill_running(out, budget - used, prefilling)
+            if preempted or out.preempted:
+                return
+            used += self._swap_in(out, used)
+            if not self.swapped and not out.preempted:
+                self._admit_waiting(out, budget - used, chunked=True)
+        finally:
+            self._decoded = ()
+
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
             self._admit_waiting(out, self.config.token_budget, chunked=False)
@@ -135,12 +164,13 @@ class VllmScheduler(Scheduler):
         used = self._decode_running(out)
         used += self._prefill_running(out, budget - used)  # partial chunks, recomputes
         if not out.preempted:
-            used += self._swap_in(out)
+            used += self._swap_in(out, used)
         if not self.swapped and not out.preempted:
             self._admit_waiting(out, budget - used, chunked=True)
 
-    def _swap_in(self, out: SchedulerOutput) -> int:
-        """Resume swapped requests (oldest first) while they fit; each decodes this step."""
+    def _swap_in(self, out: SchedulerOutput, before: int = 0) -> int:
+        """Resume swapped requests (oldest first) while they fit; each decodes this step
+        (with chunked prefill, within the budget that ``before`` tokens left)."""
         used = 0
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
@@ -157,7 +187,7 @@ class VllmScheduler(Scheduler):
             self._start_running(req)
             n = req.num_pending_tokens
             if self.config.enable_chunked_prefill:
-                n = min(n, max(0, self.config.token_budget - out.num_tokens))
+                n = min(n, max(0, self.config.token_budget - before - used))
             if not n:
                 continue
             if not self._append(req, n, out):
@@ -208,6 +238,8 @@ class VllmScheduler(Scheduler):
 _MIRRORED = (
     "schedule",
     "_schedule_v0",
+    "_schedule_chunked",
+    "_prefill_running",
     "_admit_waiting",
     "_decode_running",
     "_decode_all",
