@@ -14,8 +14,10 @@ when read)::
 Whatever waits or is swapped belongs to the policy: at each event it plans the next round
 (``Scheduler.plan_round``: admissions, else a decode of every member, with resumptions after
 it), and when a round is short of blocks it names its victims (``growth_victim``), taken until
-the others' blocks fit. A policy that promises neither ends the cohort there (the engine steps
-that round through ``schedule``).
+the others' blocks fit. With chunked prefill a round decodes every member and then runs the
+policy's part (``Scheduler.fill``: prompts in chunks, which are not members, swap-ins,
+admissions), priced from the whole shape. A policy that promises neither ends the cohort there
+(the engine steps that round through ``schedule``).
 
 So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus the plan and
 O(1) window sums, however many requests decode and however many rounds pass; a finish or a
