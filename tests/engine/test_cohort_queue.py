@@ -122,8 +122,9 @@ def test_plans_keep_their_promises(
     whenever it plans some, gives the same run as ``schedule`` alone; where it plans a decode,
     ``schedule`` admits nobody and every running request decodes once (and, if the plan
     resumes, swapped requests oldest first), or requests are preempted: ``growth_victim``
-    first, then the next latest, off the end of the running requests. (Only a policy that
-    opts in is held to them: the fast path reads them only then.)"""
+    first, then the next latest, off the end of the running requests. A refusal answered from
+    the last one is the head's test's answer now. (Only a policy that opts in is held to
+    them: the fast path reads them only then.)"""
     kw: dict[str, Any] = {
         "block_size": block_size,
         "num_gpu_blocks": blocks_tokens // block_size,
@@ -140,11 +141,21 @@ def test_plans_keep_their_promises(
         before = list(sched.running)
         swapped = list(sched.swapped)
         victim = sched.growth_victim()
+        again = (  # a refusal answered from the last one's (``_refuses_again``)
+            isinstance(sched, VllmScheduler)
+            and bool(sched.waiting)
+            and sched._refuses_again(sched.waiting[0], sched.paged.num_free_blocks)
+        )
         plan = sched.plan_round()
+        if again:  # it is the answer the head's test gives now
+            assert isinstance(sched, VllmScheduler)
+            assert plan is None or plan.chunked or plan.resumes or not sched._admits_head()
         if plan is None:
             return schedule()
         if not plan.decodes:
             return plan.admitted
+        if plan.chunked:  # decodes, then ``fill``'s part: ``fill`` in place of its half
+            return filled()
         out = schedule()
         decoded = [c.request for c in out.chunks if c.request in before]
         resumed = [c.request for c in out.chunks if c.request not in before]
@@ -159,6 +170,22 @@ def test_plans_keep_their_promises(
             assert decoded == before
             assert resumed == swapped[: len(resumed)]  # the oldest swapped first
             assert plan.resumes or not resumed
+        return out
+
+    def filled() -> SchedulerOutput:
+        # The decodes as ``schedule`` makes them (every request with one token left, in
+        # running order), then ``fill`` for the others, unless the decodes preempted.
+        assert isinstance(sched, VllmScheduler)
+        decoding = [r for r in sched.running if r.num_pending_tokens == 1]
+        if len(decoding) < len(sched.running) and any(
+            r.num_computed_tokens < r.prompt_len for r in decoding
+        ):
+            return schedule()  # a prompt's last token alone: the cohort plans no round
+        out = SchedulerOutput()
+        sched._decode_running(out)
+        prefilling = [r for r in sched.running if r not in decoding]
+        decoded = [c.request for c in out.chunks]
+        sched.fill(out, prefilling, decoded, bool(out.preempted))
         return out
 
     sched.schedule = planned  # type: ignore[method-assign]
@@ -204,3 +231,82 @@ def test_a_subclass_with_rounds_of_its_own_gets_no_plan() -> None:
             assert sched.running
             assert (sched.growth_victim() is not None) == victims
             assert (sched.plan_round() is not None) == plans
+
+
+@st.composite
+def chunked_bursts(draw: st.DrawFn, budget: int) -> list[RequestSpec]:
+    """``bursts`` for chunked prefill: prompts over the budget among them, some of budget + 1
+    and k x budget + 1 tokens (a last chunk of one token, which samples the first)."""
+    n = draw(st.integers(4, 30))
+    t = 0.0
+    out = []
+    edges = [k * budget + 1 for k in (1, 2, 3) if k * budget + 1 < 200]
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 0.0, 0.005, 0.05, 0.5]))
+        prompt = draw(st.one_of(st.integers(1, 120), st.sampled_from(edges)))
+        output = draw(st.one_of(st.just(1), st.integers(1, 250 - prompt)))
+        out.append(RequestSpec(i, prompt, output, t))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    scheduler=st.sampled_from(OPTED_IN),
+    budget=st.sampled_from([16, 17, 40, 64]),
+    block_size=st.sampled_from([1, 16, 5]),
+    blocks_tokens=st.integers(260, 900),
+    mode=st.sampled_from(["recompute", "recompute", "swap"]),
+    max_num_seqs=st.sampled_from([None, None, 4]),
+    watermark=st.sampled_from([0.0, 0.01, 0.2]),
+    unit=st.booleans(),
+)
+def test_chunked_queued_cohorts_equal_the_reference(
+    data: st.DataObject,
+    scheduler: str,
+    budget: int,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    max_num_seqs: int | None,
+    watermark: float,
+    unit: bool,
+) -> None:
+    """Chunked prefill while requests wait and prompts go in chunks (rounds of decodes and
+    chunks inside the cohort), budgets smaller than the running count, tight memory: the run
+    equals the reference, integrity checked at every event (``make_engine``)."""
+    both_equal(
+        data.draw(chunked_bursts(budget)),
+        UnitCost() if unit else ROOFLINE,
+        scheduler,
+        block_size,
+        blocks_tokens,
+        mode,
+        max_model_len=256,
+        chunked=True,
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(budget, max_num_seqs or 256),
+        watermark=watermark,
+    )
+
+
+def test_a_chunked_queue_and_its_preemptions_run_in_one_cohort() -> None:
+    """Chunked prefill, sixty requests arriving faster than they finish in memory for a few:
+    the scheduler runs only the first round; every later chunk, admission and preemption
+    happens inside the cohort, and the run equals the reference."""
+    workload = [RequestSpec(i, 20 + i * 37 % 150, 30 + 11 * (i % 13), 0.01 * i) for i in range(60)]
+    kw: dict[str, Any] = {
+        "num_gpu_blocks": 60,
+        "max_model_len": 512,
+        "watermark": 0.0,
+        "chunked": True,
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 64,
+    }
+    engine = make_engine("vllm", workload, cost=ROOFLINE, **kw)
+    calls = count_schedules(engine)
+    result = engine.run()
+    assert calls[0] == 1
+    assert sum(r.num_preemptions for r in result.requests) > 0
+    ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])

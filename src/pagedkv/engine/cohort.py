@@ -14,8 +14,10 @@ when read)::
 Whatever waits or is swapped belongs to the policy: at each event it plans the next round
 (``Scheduler.plan_round``: admissions, else a decode of every member, with resumptions after
 it), and when a round is short of blocks it names its victims (``growth_victim``), taken until
-the others' blocks fit. A policy that promises neither ends the cohort there (the engine steps
-that round through ``schedule``).
+the others' blocks fit. With chunked prefill a round decodes every member and then runs the
+policy's part (``Scheduler.fill``: prompts in chunks, which are not members, swap-ins,
+admissions), priced from the whole shape. A policy that promises neither ends the cohort there
+(the engine steps that round through ``schedule``).
 
 So an event costs O(log n) (a heap of finishes; the memory's of last blocks) plus the plan and
 O(1) window sums, however many requests decode and however many rounds pass; a finish or a
@@ -73,6 +75,16 @@ def plain(engine: Engine) -> bool:
     )
 
 
+def _decodes(req: Request) -> bool:
+    """Does a running request decode (its next token is an output's, a prompt's first token
+    sampled already)? A member of the cohort must."""
+    return req.num_pending_tokens == 1 and req.num_computed_tokens >= req.prompt_len
+
+
+def _arrival_key(req: Request) -> tuple[float, int]:
+    return (req.arrival_time, req.request_id)
+
+
 class Member(NamedTuple):
     """A running request as of the round it joined; its counters and table lag since."""
 
@@ -105,6 +117,10 @@ class Cohort:
         # pinned prefixes, if any, stay as they are).
         self.saved = kv.blocks_saved_by_sharing
         self.windows = 0
+        # Running requests that are not members (chunked prefill: prompts in chunks), in
+        # running order; their counters are current. None has one prompt token left.
+        self.prefilling: list[Request] = []
+        self.victim_swaps = 0  # blocks the last preemption swapped out
         # What the cohort adds to the engine's totals (at its end, ``_flush``): the sums of
         # sequences over its decode rounds (each runs and decodes them all), its admission
         # rounds and their running and batched sequences, the time integrals of the clock,
@@ -130,9 +146,16 @@ class Cohort:
         eng.admit_arrivals()  # (what the engine's next round does first)
         if not plain(eng):
             return False
-        decoding = list(sched.running)  # (before the plan's admissions join them)
-        plan = sched.plan_round() if sched.has_queued() else None
-        if plan is None and sched.has_queued():
+        decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
+        if len(decoding) < len(sched.running):  # chunked prefill: some still prefill
+            if not sched.config.enable_chunked_prefill:
+                return False
+            self.prefilling = [r for r in sched.running if not _decodes(r)]
+            if any(r.num_pending_tokens == 1 for r in self.prefilling):
+                return False  # a prompt's last token, alone: decoded with the members
+        queued = sched.has_queued() or bool(self.prefilling)
+        plan = sched.plan_round() if queued else None
+        if plan is None and queued:
             return False
         self._join(decoding)
         self._loop(plan)
@@ -156,6 +179,7 @@ class Cohort:
         swap_cost = 0.0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
+        mixed = False  # the next round runs the policy's part after its decode (``fill``)
         while True:
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
@@ -169,7 +193,7 @@ class Cohort:
                     if sched.has_groups or sched.has_token_ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
-                if plan is not None or (waiting and replan):
+                if plan is not None or ((waiting or self.prefilling) and replan):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -182,10 +206,33 @@ class Cohort:
                         plan, replan = None, True
                         continue
                     resume = plan.resumes
+                    mixed = plan.chunked
                     plan = None
                     waiting = bool(sched.waiting or sched.swapped)
             while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
                 heapq.heappop(finishes)  # a member preempted since
+            if mixed or (preempted and self.prefilling):  # a chunked round (``_mixed``)
+                mixed = False
+                if not members and not preempted:
+                    return  # only prompts in chunks: the engine steps it
+                if members and not preempted and advance_rounds(1, upto=True).k == 0:
+                    victim = growth_victim()  # short of blocks for the decodes
+                    if victim is None:
+                        return  # (the scheduler preempts)
+                    swap_cost = self.cost.swap_time(self._preempt(victim))
+                    preempted = replan = mixed = True
+                    continue
+                if preempted and members:
+                    advance_rounds(1)  # the victims made room
+                went = self._mixed(preempted)
+                ended = bool(finishes) and finishes[0][0] == self.done
+                if ended:
+                    self._finish()
+                if went is None:
+                    return  # a request the cohort does not take on: the engine steps on
+                replan = bool(went or preempted or ended)
+                preempted = False
+                continue
             if not finishes:  # nobody decodes
                 if arrival is None or waiting:
                     return  # (the engine waits, or reports a deadlock)
@@ -257,7 +304,8 @@ class Cohort:
                 victim = growth_victim()
                 if victim is None:
                     return  # (the scheduler preempts)
-                swap_cost = self._preempt(victim)
+                swaps = self._preempt(victim)
+                swap_cost = self.cost.swap_time(swaps) if swaps else 0.0
                 preempted = replan = True
                 continue
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
@@ -300,34 +348,39 @@ class Cohort:
         if self.engine.check_integrity:
             self._check()
 
-    def _preempt(self, victim: Request) -> float:
+    def _preempt(self, victim: Request) -> int:
         """The next decode round's new blocks do not all fit: the policy's victims (from
         ``victim`` on) leave, counters up to date, and are preempted until the others' do (a
         decode round short of blocks takes its victims until the rest fit: those left decode
-        in it, the round ``_loop`` runs next). Returns what swapping victims out adds to that
-        round's duration."""
+        in it, the round ``_loop`` runs next). A victim may be a prompt in chunks (it needs no
+        block to decode). Returns the blocks swapped out (``victim_swaps`` too)."""
         sched = self.engine.scheduler
         kv, members = self.kv, self.members
         out = SchedulerOutput()
         while True:
-            join, tokens, outputs, _ = members.pop(victim)
-            lag = self.done - join
-            victim.num_computed_tokens = tokens + lag
-            victim.num_output_tokens = outputs + lag
-            self.sum_join -= join
-            self.sum_tokens -= tokens
+            member = members.pop(victim, None)
+            if member is None:  # a prompt in chunks: its counters are current
+                self.prefilling.remove(victim)
+            else:
+                join, tokens, outputs, _ = member
+                lag = self.done - join
+                victim.num_computed_tokens = tokens + lag
+                victim.num_output_tokens = outputs + lag
+                self.sum_join -= join
+                self.sum_tokens -= tokens
             sched.preempt(victim, out)  # (its blocks freed, growth's included)
             if kv.rounds_that_fit() != 0 or not members:
                 break
             got = sched.growth_victim()
             assert got is not None, "a policy that preempted one preempts the next"
             victim = got
-        assert members, "the oldest request fits alone"
+        assert members or self.prefilling, "the oldest request fits alone"
         swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
         self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
         if self.engine.check_integrity:
             self._check()
-        return self.cost.swap_time(len(out.swap_out)) if out.swap_out else 0.0
+        self.victim_swaps = len(out.swap_out)
+        return self.victim_swaps
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
         """The decode round just taken by the ``n`` members (their tokens before it:
@@ -350,6 +403,58 @@ class Cohort:
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:
             self._join(joined)
+
+    def _mixed(self, preempted: bool) -> bool | None:
+        """A chunked round whose decodes (every member's) took their blocks: the policy's part
+        (``Scheduler.fill``: prefill chunks, swap-ins, admissions) in the rest of the budget,
+        the round priced from its whole shape (the members' decodes and those chunks, plus the
+        swaps: ``SimExecutor``'s sum), accounted at the books after it, the chunks applied. A
+        request whose prompt completes samples its first token and joins. Returns whether the
+        policy's part did anything (if not, the rounds after it repeat it until an event), or
+        None if the round leaves a request the cohort cannot take on (a prompt's last token
+        alone, a request resumed without a chunk): the cohort must end."""
+        eng, sched, members = self.engine, self.engine.scheduler, self.members
+        n = len(members)
+        context = self.sum_tokens + n * self.done - self.sum_join  # the members' tokens
+        out = SchedulerOutput()
+        sched.fill(out, self.prefilling, members.keys(), preempted)
+        chunks = out.chunks
+        assert n or chunks, "a round after preemptions runs someone (the oldest fits alone)"
+        part = BatchShape.from_chunks([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
+        shape = BatchShape(
+            n + part.num_tokens,
+            n + part.num_seqs,
+            context + n + part.attn_pairs,
+            context + n + part.kv_read_tokens,
+        )
+        duration = self.cost.step_time(shape)
+        swaps = (self.victim_swaps if preempted else 0) + len(out.swap_out) + len(out.swap_in)
+        if swaps:
+            duration += self.cost.swap_time(swaps)
+        if out.preempted:
+            swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+            self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        self.done += 1  # the members' round
+        self.windows += 1
+        running = len(sched.running)
+        self.admitted_running += running
+        self.admitted_seqs += n + len(chunks)
+        self._account(duration, running)
+        eng.apply(out, duration)
+        joined: list[Request] = []
+        rest: list[Request] = []
+        for req in dict.fromkeys([*self.prefilling, *[c.request for c in chunks]]):
+            if req.status is _RUNNING:
+                (joined if _decodes(req) else rest).append(req)
+        if len(rest) > 1:
+            rest.sort(key=_arrival_key)
+        self.prefilling = rest
+        if joined:
+            self._join(joined)
+        lone = any(r.num_pending_tokens == 1 for r in rest)
+        if lone or len(sched.running) != len(members) + len(rest):
+            return None
+        return bool(chunks or out.preempted or out.swap_in)
 
     def _account(self, duration: float, running: int) -> None:
         """A round of ``duration`` at the books as they are now (its allocations made)."""

@@ -30,11 +30,13 @@ from pagedkv.engine import cohort
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.ledger import Span, level_integrals
-from pagedkv.engine.scheduler import SchedulerOutput, new_token_ids
+from pagedkv.engine.scheduler import Scheduler, SchedulerOutput, new_token_ids
 from pagedkv.engine.windows import StepCurve, add_new_blocks
 
 if TYPE_CHECKING:
     from pagedkv.engine.engine import Engine
+
+_NO_FILL = Scheduler.fill  # a policy that plans no chunked round
 
 
 class FastForward:
@@ -64,10 +66,20 @@ class FastForward:
         """
         if self.cost is None:
             return
-        if (finished or not self._pure_decode(batch)) and not self.engine.scheduler.decodes_next():
-            return
         eng = self.engine
         sched = eng.scheduler
+        decodes = not (finished or not self._pure_decode(batch)) or sched.decodes_next()
+        if not decodes:
+            # With chunked prefill a policy that fills chunked rounds (``Scheduler.fill``) runs
+            # them in a cohort too, whoever prefills; if it cannot, the engine steps on.
+            chunked = sched.config.enable_chunked_prefill and type(sched).fill is not _NO_FILL
+            if not chunked or not cohort.plain(eng):
+                return
+            run = cohort.Cohort(eng, self.cost, self.prices)
+            if run.run():
+                self.windows += run.windows
+                self.rounds += run.rounds
+            return
         if self.caches_prefixes and sched.has_queued():
             # Decoding requests key new blocks every block_size rounds, and a waiting or
             # swapped request may hit them: its admission or swap-in gets cheaper within what

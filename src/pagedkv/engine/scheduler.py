@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import bisect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
@@ -76,11 +76,15 @@ class RoundPlan(NamedTuple):
     (``Scheduler.plan_round``): the chunks it admits, whether the round also decodes every
     running request (blocks short for that round: the scheduler's to preempt), and whether,
     after that decode, it resumes swapped requests (``Scheduler.resume``; the rounds after it
-    resume nobody until the next event)."""
+    resume nobody until the next event). With ``chunked`` (chunked prefill), the round after
+    that decode runs the policy's part in the rest of the token budget (``Scheduler.fill``:
+    prefill chunks, swap-ins, admissions); a round whose part is empty leaves every round
+    after it the same until the next event."""
 
     admitted: SchedulerOutput
     decodes: bool
     resumes: bool = False
+    chunked: bool = False
 
 
 class Scheduler(abc.ABC):
@@ -140,6 +144,8 @@ class Scheduler(abc.ABC):
         self.has_groups = False
         # Allocators whose admission can copy a block (pinned prefixes' copy-on-write).
         self._copy_queue = kv if isinstance(kv, CopyQueue) else None
+        # Running requests a ``fill`` decoded this round (never victims: scheduled already).
+        self._decoded: Container[Request] = ()
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -250,6 +256,20 @@ class Scheduler(abc.ABC):
         """The resumptions a plan's ``resumes`` promised, into ``out``: swapped requests
         brought back after the round's decode took its blocks, each with its next token."""
         raise NotImplementedError(f"{self.name} plans no resumption")
+
+    def fill(
+        self,
+        out: SchedulerOutput,
+        prefilling: Sequence[Request],
+        decoded: Collection[Request],
+        preempted: bool = False,
+    ) -> None:
+        """The part of a chunked round that a plan's ``chunked`` promised, into ``out``, after
+        the round's decodes took their blocks: ``decoded`` (running requests that decoded in
+        it, one token each, their chunks not in ``out``; ``preempted``: the decodes preempted
+        victims) and ``prefilling`` (every other running request, in running order, none with
+        only its last prompt token left)."""
+        raise NotImplementedError(f"{self.name} plans no chunked round")
 
     def preempt(self, victim: Request, out: SchedulerOutput) -> None:
         """Preempt ``victim`` (the policy's rule for how) into ``out``."""
@@ -380,15 +400,19 @@ class Scheduler(abc.ABC):
         never written, for the next prefix hit to read. (With chunked prefill the decodes are
         scheduled before the prefill chunks of older requests, so this happens.)"""
         scheduled = {c.request for c in out.chunks}  # only when preempting: rare
+        decoded = self._decoded  # (a ``fill``'s decodes, which ``out`` does not list)
         for victim in reversed(self.running):
-            if victim is req or victim not in scheduled:
+            if victim is req or (victim not in scheduled and victim not in decoded):
                 return victim
         return req
 
-    def _prefill_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Chunks of running requests still prefilling (chunked prefill), within ``budget``."""
+    def _prefill_running(
+        self, out: SchedulerOutput, budget: int, reqs: Sequence[Request] | None = None
+    ) -> int:
+        """Chunks of running requests still prefilling (chunked prefill), within ``budget``
+        (of ``reqs`` only: running requests that are all the others decode)."""
         used = 0
-        for req in list(self.running):
+        for req in list(self.running if reqs is None else reqs):
             n = min(req.num_pending_tokens, budget - used)
             if req.status is not RequestStatus.RUNNING or req.num_pending_tokens <= 1 or n <= 0:
                 continue

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import ClassVar
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
@@ -40,6 +40,15 @@ class VllmScheduler(Scheduler):
         super().__init__(config, kv)
         assert isinstance(kv, KVCacheManager), "the vllm policy runs on paged memory"
         self.paged: KVCacheManager = kv
+        # What ``plan_round`` asks of the class at every event, read once (a class is fixed):
+        # are the rounds those of this class's ``schedule``, which the promises restate? (A
+        # subclass that changes how a round is built promises nothing.)
+        cls = type(self)
+        self._rounds_mirrored = all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
+        self._books_admits = cls._can_admit is cls.books_admission
+        self._memory_admits = cls._can_admit is Scheduler._can_admit  # ``can_allocate`` alone
+        # The last refused head: (it, running count, its pending tokens, free blocks then).
+        self._refused: tuple[Request, int, int, int] | None = None
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -88,16 +97,47 @@ class VllmScheduler(Scheduler):
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
         of the books)."""
-        if self.config.enable_chunked_prefill or self.has_groups or not self._mirrored():
+        if self.has_groups or not self._rounds_mirrored:
             return None
+        if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
+            if not self._books_admits:
+                return None
+            return RoundPlan(SchedulerOutput(), True, chunked=True)
         if self.swapped:  # no admission: a decode, then resumptions while they fit
             return RoundPlan(SchedulerOutput(), True, True)
-        if type(self)._can_admit is not type(self).books_admission:
+        if not self._books_admits:
             return None
         out = SchedulerOutput()
-        if self.waiting:
-            self._admit_waiting(out, self.config.token_budget, chunked=False)
-        return RoundPlan(out, not out.chunks)
+        if not self.waiting:
+            return RoundPlan(out, True)
+        head = self.waiting[0]
+        free = self.paged.num_free_blocks
+        if self._refuses_again(head, free):
+            return RoundPlan(out, True)
+        self._admit_waiting(out, self.config.token_budget, chunked=False)
+        if out.chunks:
+            self._refused = None
+            return RoundPlan(out, False)
+        self._refused = (head, len(self.running), head.num_pending_tokens, free)
+        return RoundPlan(out, True)
+
+    def _refuses_again(self, head: Request, free: int) -> bool:
+        """Would ``_admit_waiting`` refuse ``head`` again, as it did last? Its first test
+        reads only the running count, the head's pending tokens and final length, and
+        ``can_allocate``'s free blocks (no token ids, no pinned prefix: no prefix hit; the
+        watermark is fixed): with the first three as they were and no more blocks free than
+        then, every test answers as then (each needs at least as many free blocks)."""
+        refused = self._refused
+        return (
+            refused is not None
+            and refused[0] is head
+            and refused[1] == len(self.running)
+            and refused[2] == head.num_pending_tokens
+            and free <= refused[3]
+            and self._memory_admits
+            and not self.has_token_ids
+            and not self.paged.num_pinned_blocks
+        )
 
     def growth_victim(self) -> Request | None:
         """The latest arrived running request (``_victim``: a decode round that runs short
@@ -105,21 +145,40 @@ class VllmScheduler(Scheduler):
         groups (a group's mode may differ)."""
         if not self.running or self.has_groups or not self.preempts:
             return None
-        if not self._mirrored() or type(self)._preempt is not VllmScheduler._preempt:
+        if not self._rounds_mirrored or type(self)._preempt is not VllmScheduler._preempt:
             return None
         return self.running[-1]
-
-    def _mirrored(self) -> bool:
-        """Are the rounds those of this class's ``schedule``, which the promises above
-        restate? A subclass that changes how a round is built promises nothing."""
-        cls = type(self)
-        return all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
 
     def resume(self, out: SchedulerOutput) -> None:
         """``_swap_in`` (after the decode round's appends, as ``_schedule_v0`` does): it reads
         the swapped queue, the running count and the free blocks. Its room test leaves each
         resumed request a block for its next token, so none is preempted for it."""
         self._swap_in(out)
+
+    def fill(
+        self,
+        out: SchedulerOutput,
+        prefilling: Sequence[Request],
+        decoded: Collection[Request],
+        preempted: bool = False,
+    ) -> None:
+        """``_schedule_chunked`` after its decodes (``decoded``, each one token; ``preempted``:
+        they preempted victims): prefill chunks of ``prefilling``, the running requests that
+        do not decode (none has one token left: that would be a decode), then swap-ins and
+        admissions, in what is left of the budget. None of it reads a decoded request (a
+        victim is never one: ``_victim``)."""
+        budget = self.config.token_budget
+        used = len(decoded)
+        self._decoded = decoded
+        try:
+            used += self._prefill_running(out, budget - used, prefilling)
+            if preempted or out.preempted:
+                return
+            used += self._swap_in(out, used)
+            if not self.swapped and not out.preempted:
+                self._admit_waiting(out, budget - used, chunked=True)
+        finally:
+            self._decoded = ()
 
     def _schedule_v0(self, out: SchedulerOutput) -> None:
         if not self.swapped:
@@ -135,12 +194,13 @@ class VllmScheduler(Scheduler):
         used = self._decode_running(out)
         used += self._prefill_running(out, budget - used)  # partial chunks, recomputes
         if not out.preempted:
-            used += self._swap_in(out)
+            used += self._swap_in(out, used)
         if not self.swapped and not out.preempted:
             self._admit_waiting(out, budget - used, chunked=True)
 
-    def _swap_in(self, out: SchedulerOutput) -> int:
-        """Resume swapped requests (oldest first) while they fit; each decodes this step."""
+    def _swap_in(self, out: SchedulerOutput, before: int = 0) -> int:
+        """Resume swapped requests (oldest first) while they fit; each decodes this step
+        (with chunked prefill, within the budget that ``before`` tokens left)."""
         used = 0
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
@@ -157,7 +217,7 @@ class VllmScheduler(Scheduler):
             self._start_running(req)
             n = req.num_pending_tokens
             if self.config.enable_chunked_prefill:
-                n = min(n, max(0, self.config.token_budget - out.num_tokens))
+                n = min(n, max(0, self.config.token_budget - before - used))
             if not n:
                 continue
             if not self._append(req, n, out):
@@ -204,10 +264,12 @@ class VllmScheduler(Scheduler):
         self.waiting.appendleft(victim)
 
 
-# What ``plan_round``, ``growth_victim`` and ``resume`` restate of a v0 round.
+# What ``plan_round``, ``growth_victim``, ``resume`` and ``fill`` restate of a round.
 _MIRRORED = (
     "schedule",
     "_schedule_v0",
+    "_schedule_chunked",
+    "_prefill_running",
     "_admit_waiting",
     "_decode_running",
     "_decode_all",
