@@ -159,7 +159,10 @@ def run_vllm(case: Case) -> list[Step]:
                     prompt_token_ids=list(r.prompt),
                     sampling_params=params,
                     pooling_params=None,
-                    arrival_time=float(r.arrival),
+                    # vLLM stamps arrivals with its wall clock: they never tie. The case's
+                    # whole seconds do; a microsecond per id orders them as that clock
+                    # would (pagedkv breaks a tie by the request id).
+                    arrival_time=float(r.arrival) + r.rid * 1e-6,
                     priority=r.priority,
                     block_hasher=hasher,
                 )

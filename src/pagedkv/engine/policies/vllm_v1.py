@@ -238,7 +238,11 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
 
     def _pick_victim(self) -> Request:
         if self._priority:
-            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            # vLLM's key is (priority, arrival time), a tie going to the first running: two
+            # requests that arrived together (a burst, a trace's whole seconds) and cannot both
+            # fit then preempt each other for ever. vLLM's arrival times are its wall clock and
+            # never tie; the request id, which orders them as that clock would, breaks the tie.
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time, r.request_id))
         return self.running[-1]
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
