@@ -19,18 +19,25 @@ from tests.factories import make_engine
 
 
 @st.composite
-def staggered_loads(draw: st.DrawFn) -> list[RequestSpec]:
-    """Requests that arrive and finish at many different rounds while others decode, some of
-    them done by their prefill (one output token)."""
-    n = draw(st.integers(2, 20))
+def loads(
+    draw: st.DrawFn, count: tuple[int, int], gaps: list[float], max_prompt: int
+) -> list[RequestSpec]:
+    """``count`` requests, each ``gaps`` (drawn) after the last, prompts up to ``max_prompt``
+    and outputs to 250 tokens in all, some of them done by their prefill (one output token)."""
+    n = draw(st.integers(*count))
     t = 0.0
     out = []
     for i in range(n):
-        t += draw(st.sampled_from([0.0, 0.0, 0.02, 0.2, 1.0, 4.0]))
-        prompt = draw(st.integers(1, 100))
+        t += draw(st.sampled_from(gaps))
+        prompt = draw(st.integers(1, max_prompt))
         output = draw(st.one_of(st.just(1), st.integers(1, 250 - prompt)))
         out.append(RequestSpec(i, prompt, output, t))
     return out
+
+
+def staggered_loads() -> st.SearchStrategy[list[RequestSpec]]:
+    """Requests that arrive and finish at many different rounds while others decode."""
+    return loads((2, 20), [0.0, 0.0, 0.02, 0.2, 1.0, 4.0], 100)
 
 
 @settings(max_examples=80, deadline=None)

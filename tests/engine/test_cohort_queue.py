@@ -16,7 +16,7 @@ from pagedkv.engine.policies.vllm import VllmScheduler
 from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.workloads.spec import RequestSpec
-from tests.engine.test_cohort import count_schedules
+from tests.engine.test_cohort import count_schedules, loads
 from tests.engine.test_fast_forward import POLICIES, ROOFLINE, both_equal, run, same
 from tests.engine.user_policies import USER_POLICIES, registered
 from tests.factories import make_engine
@@ -34,19 +34,10 @@ def _user_policies() -> Iterator[None]:
         yield
 
 
-@st.composite
-def bursts(draw: st.DrawFn) -> list[RequestSpec]:
+def bursts() -> st.SearchStrategy[list[RequestSpec]]:
     """Requests that arrive faster than they finish: a queue forms and stays, and memory runs
     short while it does (preemptions), with one-token outputs among them."""
-    n = draw(st.integers(4, 30))
-    t = 0.0
-    out = []
-    for i in range(n):
-        t += draw(st.sampled_from([0.0, 0.0, 0.0, 0.005, 0.05, 0.5]))
-        prompt = draw(st.integers(1, 90))
-        output = draw(st.one_of(st.just(1), st.integers(1, 250 - prompt)))
-        out.append(RequestSpec(i, prompt, output, t))
-    return out
+    return loads((4, 30), [0.0, 0.0, 0.0, 0.005, 0.05, 0.5], 90)
 
 
 @settings(max_examples=120, deadline=None)
