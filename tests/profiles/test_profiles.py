@@ -3,8 +3,6 @@ roofline where it stands in for a missing measurement, and is picked by name or 
 
 from __future__ import annotations
 
-import math
-
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings

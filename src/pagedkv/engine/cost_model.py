@@ -1,10 +1,11 @@
 """Cost models: what one iteration of the serving loop costs, what a swap costs.
 
-A step is summarised by a ``BatchShape``. Two models: ``UnitCost`` (1 tick per step, the course
-lesson's step counts) and ``RooflineCost`` (seconds from a GPU x model roofline). Both give the
-simulator a closed-form fast-forward over k steps whose shapes grow linearly (a decode-only batch:
-each step every sequence's context grows by one): ``window`` sums the step times and
-``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k) evaluations.
+A step is summarised by a ``BatchShape``. Two models: ``UnitCost`` (one second per step: the
+course lesson's step counts) and ``RooflineCost`` (seconds from a GPU x model roofline). Both
+give the simulator a closed-form fast-forward over k steps whose shapes grow linearly (a
+decode-only batch: each step every sequence's context grows by one): ``window`` sums the step
+times and ``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k)
+evaluations.
 Recompute has no separate price: it is the prefill step that redoes the tokens.
 
 Prices are integer ticks (``clock.py``): each line's coefficients (per token, sequence, pair,
