@@ -3,7 +3,10 @@ fidelity (at most 1e-9 of a step's price against the float formulas)."""
 
 from __future__ import annotations
 
+import math
+
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 
 from pagedkv.engine.batch_shape import BatchShape
@@ -11,11 +14,14 @@ from pagedkv.engine.clock import TICKS_PER_SECOND, to_seconds, to_ticks
 from pagedkv.engine.cost_model import RooflineCost, expected_blocks
 from pagedkv.engine.profile import Profile, load_profile
 from pagedkv.engine.profiled_cost import ProfiledCost
+from pagedkv.errors import ConfigError
 from pagedkv.models.gpus import GPUS
 from pagedkv.models.models import MODELS, ModelSpec
 from pagedkv.profiles import builtin_names
 from pagedkv.tensors.model_shapes import resolve_model
+from pagedkv.workloads.spec import RequestSpec
 from tests.engine.profiles import synthetic_profile
+from tests.factories import make_engine
 
 RELATIVE = 1e-9
 chunks = st.lists(st.tuples(st.integers(0, 2048), st.integers(0, 4096)), min_size=1, max_size=12)
@@ -38,6 +44,19 @@ def test_whole_seconds_are_exact() -> None:
     assert to_ticks(1.0) == TICKS_PER_SECOND
     assert to_seconds(3 * TICKS_PER_SECOND) == 3.0
     assert to_seconds(10**6 * TICKS_PER_SECOND + 1) == 1e6  # an int true division: rounded once
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_time_that_is_not_finite_is_refused_by_name(bad: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        to_ticks(bad, "arrival_time")
+    assert info.value.field == "arrival_time"
+
+
+def test_an_engine_refuses_an_infinite_arrival_before_it_runs() -> None:
+    with pytest.raises(ConfigError) as info:
+        make_engine("vllm", [RequestSpec(0, 4, 4, 0.0), RequestSpec(1, 4, 4, math.inf)])
+    assert info.value.field == "requests[1].arrival_time"
 
 
 def roofline_seconds(cost: RooflineCost, shape: BatchShape) -> float:

@@ -15,14 +15,20 @@ GPU x model (``tests/engine/test_clock.py``). Python ints are exact at any size;
 
 from __future__ import annotations
 
+from pagedkv.errors import ConfigError
+
 TICKS_PER_SECOND = 10**18
 """Ticks in one simulated second (attoseconds). The unit clock's step is one second."""
 
 
-def to_ticks(seconds: float) -> int:
+def to_ticks(seconds: float, field: str = "seconds") -> int:
     """``seconds`` as the nearest tick (round half to even of seconds x TICKS_PER_SECOND,
-    the one rounding rule: the product in floating point, then Python's ``round``)."""
-    return round(seconds * TICKS_PER_SECOND)
+    the one rounding rule: the product in floating point, then Python's ``round``);
+    ConfigError naming ``field`` for a value that is not a finite number."""
+    try:
+        return round(seconds * TICKS_PER_SECOND)
+    except (OverflowError, ValueError):  # infinite, NaN
+        raise ConfigError(field, seconds, "must be a finite number of seconds") from None
 
 
 def to_seconds(ticks: int) -> float:

@@ -82,7 +82,7 @@ class Engine:
             seen.add(r.request_id)
         self.requests.sort(key=lambda r: (r.arrival_time, r.request_id))
         for r in self.requests:  # the clock's view of each arrival, computed once
-            r.arrival_tick = to_ticks(r.arrival_time)
+            r.arrival_tick = to_ticks(r.arrival_time, f"requests[{r.request_id}].arrival_time")
         # not yet arrived, in arrival order: the open-loop requests, and released follow-ups
         self.pending = deque(r for r in self.requests if r.parent_id is None)
         self.released: list[tuple[int, int, Request]] = []  # a heap: (tick, id, request)
@@ -162,7 +162,7 @@ class Engine:
 
     def _release_followups(self, parent: Request) -> None:
         for child in self.followups.pop(parent.request_id, ()):
-            child.arrival_tick = self.ledger.ticks + to_ticks(child.think_time)
+            child.arrival_tick = self.ledger.ticks + to_ticks(child.think_time, "think_time")
             child.arrival_time = to_seconds(child.arrival_tick)
             heapq.heappush(self.released, (child.arrival_tick, child.request_id, child))
 
