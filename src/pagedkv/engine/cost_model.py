@@ -314,11 +314,20 @@ class RooflineCost(CostModel):
             cfg.step_overhead_s + allreduces * cfg.allreduce_latency_s,
             (allreduces * ring_bytes / link, cfg.per_sequence_s, 0.0, 0.0),
         )
-        # decode_curve's terms: the coefficients above that are not 0 by construction.
+        # decode_curve's terms: a decode's tokens, sequences and pairs are n, n and its reads
+        # (the coefficients that are 0 by construction left out; integers: regrouped exactly).
         c0, c1, c2, _ = self._compute.coef
         m0, m1, _, m3 = self._memory.coef
-        self._decode_terms = (c0, c1, c2, self._memory.const, m0, m1, m3, self._extra.const)
-        self._decode_extra = self._extra.coef[:2]
+        e0, e1, _, _ = self._extra.coef
+        self._decode_terms = (
+            c0 + c1,
+            c2,
+            self._memory.const,
+            m0 + m1,
+            m3,
+            self._extra.const,
+            e0 + e1,
+        )
         self.block_bytes_per_gpu = bs * kv
         self._swap_per_block = to_ticks(
             self.block_bytes_per_gpu / (gpu.pcie_bandwidth * cfg.pcie_efficiency)
@@ -376,13 +385,12 @@ class RooflineCost(CostModel):
         # n decodes reading ``read`` K/V tokens: at(BatchShape(n, n, read, read)) and
         # slope(BatchShape(0, 0, n, n)) of each line (exact integers: any order).
         n, read = num_seqs, context + num_seqs
-        c0, c1, c2, mem, m0, m1, m3, extra = self._decode_terms
-        e0, e1 = self._decode_extra
+        per_seq, per_pair, mem, mem_seq, per_read, extra, extra_seq = self._decode_terms
         return WindowCurve.of(
-            c0 * n + c1 * n + c2 * read,
-            c2 * n,
-            mem + (m0 * n + m1 * n + m3 * read),
-            m3 * n,
-            extra + (e0 * n + e1 * n),
+            per_seq * n + per_pair * read,
+            per_pair * n,
+            mem + mem_seq * n + per_read * read,
+            per_read * n,
+            extra + extra_seq * n,
             0,
         )

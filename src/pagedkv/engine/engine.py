@@ -82,7 +82,12 @@ class Engine:
             seen.add(r.request_id)
         self.requests.sort(key=lambda r: (r.arrival_time, r.request_id))
         for r in self.requests:  # the clock's view of each arrival, computed once
-            r.arrival_tick = to_ticks(r.arrival_time, f"requests[{r.request_id}].arrival_time")
+            try:
+                r.arrival_tick = to_ticks(r.arrival_time)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"requests[{r.request_id}].arrival_time", r.arrival_time, err.allowed
+                ) from None
         # not yet arrived, in arrival order: the open-loop requests, and released follow-ups
         self.pending = deque(r for r in self.requests if r.parent_id is None)
         self.released: list[tuple[int, int, Request]] = []  # a heap: (tick, id, request)
@@ -250,7 +255,7 @@ class Engine:
         ledger = self.ledger
         start = ledger.ticks
         ledger.advance(duration)
-        now = ledger.now
+        end = start + duration  # (ticks: read as seconds only where a time is set)
         stamp = self.token_times is not None
         finished: list[Request] = []
         for chunk in batch.chunks:
@@ -268,7 +273,7 @@ class Engine:
                     for seq_id in req.seq_ids:
                         req.outputs_of(seq_id).append(sampled[seq_id])
                 if req.first_token_time is None:
-                    req.first_token_time = now
+                    req.first_token_time = to_seconds(end)
                 if outputs == req.output_len:
                     finished.append(req)
                 elif req.request_id in stopped:

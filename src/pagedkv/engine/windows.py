@@ -213,11 +213,12 @@ def _solve(a: int, b: int, duration: int) -> int:
     an estimate."""
     if duration <= 0:
         return 0
-    p = a - b / 2
-    denom = p + math.sqrt(max(p * p + 2 * b * duration, 0.0))
+    fa, fb, fd = float(a), float(b), float(duration)  # (float arithmetic on big ints is slow)
+    p = fa - fb / 2
+    denom = p + math.sqrt(max(p * p + 2 * fb * fd, 0.0))
     if denom <= 0:
         raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
-    return max(1, math.ceil(2 * duration / denom))
+    return max(1, math.ceil(2 * fd / denom))
 
 
 def add_new_blocks(
