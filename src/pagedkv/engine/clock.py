@@ -8,9 +8,10 @@ turned into ticks once, by ``to_ticks``; a tick count is read as seconds by ``to
 
 A tick is an attosecond. A per-pair or per-token cost of a small model on a fast GPU is
 ~1e-12 s, and a coefficient is quantised once to the nearest tick, so the relative error of
-a step's price is at most 0.5 tick over its smallest coefficient: below 1e-9 for every built-in
-GPU x model (``tests/engine/test_clock.py``). Python ints are exact at any size; a clock of
-10^6 s is 10^24 ticks, a few machine words.
+a step's price is at most 0.5 tick over its smallest nonzero coefficient: below 1e-9 for every
+built-in GPU x model (``tests/engine/test_clock.py``; femtoseconds would miss it by 3x on an
+OPT-13B prefill). Python ints are exact at any size; a clock of 10^6 s is 10^24 ticks, a few
+machine words.
 """
 
 from __future__ import annotations
