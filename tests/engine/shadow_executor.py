@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from pagedkv.engine.clock import TICKS_PER_SECOND
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import SchedulerOutput
@@ -80,7 +81,7 @@ class ShadowExecutor:
         self.check_tables(batch)
         self.check_memory()
         self.steps += 1
-        return StepResult(1.0, sampled)
+        return StepResult(TICKS_PER_SECOND, sampled)  # the unit clock's step
 
     def move_memory(self, batch: SchedulerOutput) -> None:
         """The real executor's order: swap-ins, swap-outs, then copy-on-write copies."""

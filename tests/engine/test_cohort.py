@@ -8,6 +8,7 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import TICKS_PER_SECOND
 from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.policies import SCHEDULERS
@@ -148,31 +149,31 @@ def test_a_cohort_stops_before_the_round_that_needs_a_preemption() -> None:
     same(ref[:4], fast[:4])
 
 
-class CrossingCost:
-    """Step time max(1, 0.002 x K/V tokens read): the two lines cross at 500 tokens, so windows
-    that grow past it hold the switch (``WindowCurve.split``) that the closed forms handle
-    apart."""
+class CrossingCost(CostModel):
+    """Step time max(1 s, 2 ms x K/V tokens read), in ticks: the two lines cross at 500
+    tokens, so windows that grow past it hold the switch (``WindowCurve.split``) that the
+    closed forms handle apart."""
 
-    lines = ((1.0, 0.0), (0.0, 0.002))
+    lines = ((TICKS_PER_SECOND, 0), (0, TICKS_PER_SECOND // 500))
 
-    def step_time(self, shape: BatchShape) -> float:
+    def step_ticks(self, shape: BatchShape) -> int:
         return max(a + b * shape.kv_read_tokens for a, b in self.lines)
 
-    def swap_time(self, num_blocks: int) -> float:
-        return 0.0
+    def swap_ticks(self, num_blocks: int) -> int:
+        return 0
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
         f, g = ((a + b * base.kv_read_tokens, b * delta.kv_read_tokens) for a, b in self.lines)
-        return WindowCurve(f, g, (0.0, 0.0))
+        return WindowCurve(f, g, (0, 0))
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
         n = num_seqs
         return self.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
 
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
         return self.curve(base, delta).sums(k)
 
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
         return self.curve(base, delta).steps_to_reach(duration)
 
 

@@ -6,10 +6,11 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import TICKS_PER_SECOND as SECOND
 from pagedkv.engine.cost_model import (
     CostModel,
     RooflineConfig,
@@ -56,11 +57,10 @@ deltas = st.builds(
 cost_models = st.sampled_from(MODELS_UNDER_TEST)
 
 
-def loop_window(
-    model: CostModel, base: BatchShape, delta: BatchShape, k: int
-) -> tuple[float, float]:
-    times = [model.step_time(base + delta * i) for i in range(k)]
-    return math.fsum(times), math.fsum(i * d for i, d in enumerate(times))
+def loop_window(model: CostModel, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
+    """The window's sums as the reference loop adds them: step by step, in ticks."""
+    times = [model.step_ticks(base + delta * i) for i in range(k)]
+    return sum(times), sum(i * d for i, d in enumerate(times))
 
 
 def test_from_chunks_counts() -> None:
@@ -173,9 +173,8 @@ def test_tensor_parallelism_splits_the_work() -> None:
 def test_window_equals_the_loop(
     model: CostModel, base: BatchShape, delta: BatchShape, k: int
 ) -> None:
-    assert model.window(base, delta, k) == pytest.approx(
-        loop_window(model, base, delta, k), rel=1e-9, abs=1e-12
-    )
+    """Exactly: integer prices make the closed form the same integers as the loop's sums."""
+    assert model.window(base, delta, k) == loop_window(model, base, delta, k)
 
 
 @pytest.mark.parametrize(
@@ -194,40 +193,40 @@ def test_window_across_a_regime_switch(base: BatchShape, delta: BatchShape) -> N
 
     assert compute_bound(0) != compute_bound(k - 1)
     for n in range(k + 1):
-        assert OPT13.window(base, delta, n) == pytest.approx(
-            loop_window(OPT13, base, delta, n), rel=1e-9, abs=1e-12
-        )
+        assert OPT13.window(base, delta, n) == loop_window(OPT13, base, delta, n)
 
 
-@given(cost_models, shapes, deltas, st.floats(0.0, 50.0))
+@given(cost_models, shapes, deltas, st.integers(0, 50 * SECOND))
 def test_steps_to_reach_is_the_smallest(
-    model: CostModel, base: BatchShape, delta: BatchShape, duration: float
+    model: CostModel, base: BatchShape, delta: BatchShape, duration: int
 ) -> None:
     k = model.steps_to_reach(base, delta, duration)
     assert model.window(base, delta, k)[0] >= duration
     assert k == 0 or model.window(base, delta, k - 1)[0] < duration
-    if 0 < k <= 500:  # against the explicit running sum, away from ties
-        total = math.fsum(model.step_time(base + delta * i) for i in range(k - 1))
-        last = model.step_time(base + delta * (k - 1))
-        assume(abs(total - duration) > 1e-9 * duration)
-        assume(abs(total + last - duration) > 1e-9 * duration)
+    if 0 < k <= 500:  # against the explicit running sum, ties included (exact integers)
+        total = sum(model.step_ticks(base + delta * i) for i in range(k - 1))
+        last = model.step_ticks(base + delta * (k - 1))
         assert total < duration <= total + last
 
 
 def test_steps_to_reach_unit_and_edges() -> None:
     unit, base, delta = UnitCost(), BatchShape.decode(1, 1), BatchShape()
-    assert [unit.steps_to_reach(base, delta, d) for d in (-1, 0, 0.5, 3, 3.2)] == [0, 0, 1, 3, 4]
-    assert unit.window(base, delta, 5) == (5.0, 10.0)
-    assert OPT13.steps_to_reach(base, delta, 0.0) == 0
-    assert OPT13.steps_to_reach(base, delta, 10**6) > 10**7  # large k, O(log k) evaluations
+    durations = (-1, 0, SECOND // 2, 3 * SECOND, 3 * SECOND + SECOND // 5)
+    assert [unit.steps_to_reach(base, delta, d) for d in durations] == [0, 0, 1, 3, 4]
+    assert unit.window(base, delta, 5) == (5 * SECOND, 10 * SECOND)
+    assert unit.step_time(base) == 1.0
+    assert OPT13.steps_to_reach(base, delta, 0) == 0
+    # large k, O(log k) evaluations
+    assert OPT13.steps_to_reach(base, delta, 10**6 * SECOND) > 10**7
     for model in (unit, OPT13):
-        with pytest.raises(ConfigError) as info:
-            model.steps_to_reach(base, delta, math.nan)
-        assert info.value.field == "duration"
+        for bad in (math.nan, 1.5, True):  # a duration is an integer of ticks
+            with pytest.raises(ConfigError) as info:
+                model.steps_to_reach(base, delta, bad)  # type: ignore[arg-type]
+            assert info.value.field == "duration"
         with pytest.raises(ConfigError, match=r"^k:"):
             model.window(base, delta, -1)
     with pytest.raises(ConfigError, match="never reached"):
-        search_steps(lambda k: 0.0, 1.0)
+        search_steps(lambda k: 0, 1)
 
 
 def test_swap_time() -> None:
@@ -272,9 +271,9 @@ def test_roofline_rejects_bad_tensor_parallelism() -> None:
     assert info.value.field == "tensor_parallel_size"
 
 
-@given(cost_models, shapes, deltas, st.floats(0.0, 1e4), st.lists(st.integers(-2, 5000)))
+@given(cost_models, shapes, deltas, st.integers(0, 10**4 * SECOND), st.lists(st.integers(-2, 5000)))
 def test_curve_closed_forms_equal_the_search_and_the_sums(
-    model: CostModel, base: BatchShape, delta: BatchShape, duration: float, ks: list[int]
+    model: CostModel, base: BatchShape, delta: BatchShape, duration: int, ks: list[int]
 ) -> None:
     """steps_to_reach solves a quadratic; totals skips a call per k: both must give exactly
     what the plain search over ``sums`` and ``sums`` itself give."""
@@ -289,7 +288,7 @@ def test_curve_closed_forms_equal_the_search_and_the_sums(
 def test_decode_curve_is_the_curve_of_decode_shapes(
     model: CostModel, num_seqs: int, context: int
 ) -> None:
-    """The fast-forward's shortcut gives the very floats of ``curve`` on the decode shapes."""
+    """The fast-forward's shortcut gives the very lines of ``curve`` on the decode shapes."""
     n = num_seqs
     want = model.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
     got = model.decode_curve(n, context)

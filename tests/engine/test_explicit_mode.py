@@ -13,6 +13,7 @@ import pytest
 from hypothesis import event, given, settings
 
 from pagedkv.cli import main
+from pagedkv.engine.clock import TICKS_PER_SECOND
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, UnitCost
 from pagedkv.engine.engine import Engine
@@ -121,7 +122,7 @@ def test_admission_hands_the_copy_of_the_partial_block_to_the_executor() -> None
     kv = engine.scheduler.kv
     assert isinstance(kv, KVCacheManager)
     partial = {p.blocks[-1] for p in kv.pinned_prefixes()}
-    engine.ledger.wait_until(1.0)  # a few arrivals
+    engine.ledger.wait_until(TICKS_PER_SECOND)  # a few arrivals (1 s)
     engine.admit_arrivals()
     out = engine.scheduler.schedule()
     assert out.chunks

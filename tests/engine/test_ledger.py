@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 import hypothesis.strategies as st
 from hypothesis import given
 
+from pagedkv.engine.clock import TICKS_PER_SECOND as SECOND
 from pagedkv.engine.ledger import Ledger, Span, level_integrals
 from pagedkv.engine.metrics import CATEGORIES
 from pagedkv.memory.usage import MemoryUsage
 
 
 @st.composite
-def rounds(draw: st.DrawFn) -> list[tuple[float, MemoryUsage, int, int, int]]:
+def rounds(draw: st.DrawFn) -> list[tuple[int, MemoryUsage, int, int, int]]:
     capacity = draw(st.integers(1, 4000))
     out = []
     for _ in range(draw(st.integers(1, 20))):
@@ -22,7 +21,7 @@ def rounds(draw: st.DrawFn) -> list[tuple[float, MemoryUsage, int, int, int]]:
         reservation = draw(st.integers(0, capacity - tokens - internal))
         waiting = draw(st.booleans())
         usage = MemoryUsage.from_books(capacity, tokens, reservation, internal, waiting)
-        duration = draw(st.floats(0.0, 10.0))
+        duration = draw(st.integers(0, 10 * SECOND))
         running = draw(st.integers(0, 64))
         out.append(
             (duration, usage, running, draw(st.integers(0, running)), draw(st.integers(0, 9)))
@@ -32,10 +31,10 @@ def rounds(draw: st.DrawFn) -> list[tuple[float, MemoryUsage, int, int, int]]:
 
 @given(rounds(), st.booleans())
 def test_one_span_of_integrated_levels_equals_its_rounds(
-    steps: list[tuple[float, MemoryUsage, int, int, int]], waiting: bool
+    steps: list[tuple[int, MemoryUsage, int, int, int]], waiting: bool
 ) -> None:
     """Rounds one by one against one span whose integrals are the levels' sums (what the fast
-    path supplies): the same totals, floats to rounding."""
+    path supplies): the same totals, exactly (integer ticks and tick x slot integrals)."""
     one_by_one = Ledger()
     for duration, usage, running, batched, saved in steps:
         one_by_one.add(Span.of_round(duration, usage, running, batched, saved))
@@ -65,28 +64,32 @@ def test_one_span_of_integrated_levels_equals_its_rounds(
         b.sum_running,
         b.sum_batched_seqs,
     )
-    scale = capacity * max(time, 1.0)
-    assert math.isclose(one_by_one.now, whole.now, rel_tol=1e-9, abs_tol=1e-9)
-    assert math.isclose(a.weighted_saved_blocks, b.weighted_saved_blocks, abs_tol=1e-9 * scale)
-    for name in ("token_states", "internal_fragmentation"):
-        assert math.isclose(a.weighted[name], b.weighted[name], abs_tol=1e-9 * scale)
+    assert (one_by_one.ticks, a.busy_time) == (whole.ticks, b.busy_time) == (time, time)
+    assert a.weighted_saved_blocks == b.weighted_saved_blocks
+    for name in ("token_states", "reservation", "internal_fragmentation"):
+        assert a.weighted[name] == b.weighted[name]
     # The span splits the unallocated slots by its one ``waiting``: their sum is the rounds'.
     free = {n: a.weighted[n] for n in ("external_fragmentation", "free")}
-    assert math.isclose(
-        sum(free.values()), b.weighted[CATEGORIES[3 if waiting else 4]], abs_tol=1e-9 * scale
-    )
-    assert math.isclose(sum(a.weighted.values()), capacity * time, abs_tol=1e-9 * scale)
-    assert math.isclose(sum(b.weighted.values()), capacity * time, abs_tol=1e-9 * scale)
+    assert sum(free.values()) == b.weighted[CATEGORIES[3 if waiting else 4]]
+    assert sum(a.weighted.values()) == sum(b.weighted.values()) == capacity * time
 
 
 def test_the_clock_waits_only_forward() -> None:
     ledger = Ledger()
-    ledger.advance(2.0)
-    ledger.wait_until(1.0)
-    assert ledger.now == 2.0
-    ledger.wait_until(3.5)
-    assert ledger.now == 3.5
-    assert ledger.totals.busy_time == 0.0  # waiting is idle time, not a span
+    ledger.advance(2 * SECOND)
+    ledger.wait_until(SECOND)
+    assert (ledger.ticks, ledger.now) == (2 * SECOND, 2.0)
+    ledger.wait_until(7 * SECOND // 2)
+    assert (ledger.ticks, ledger.now) == (7 * SECOND // 2, 3.5)
+    assert ledger.totals.busy_time == 0  # waiting is idle time, not a span
+
+
+def test_an_arrival_at_the_clock_has_arrived() -> None:
+    ledger = Ledger()
+    ledger.advance(5)
+    assert ledger.arrived(5)
+    assert not ledger.arrived(6)
+    assert ledger.until(6) == 1
 
 
 def test_preemptions_are_counted() -> None:

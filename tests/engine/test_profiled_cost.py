@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import TICKS_PER_SECOND as SECOND
 from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.profiled_cost import ProfiledCost
@@ -30,9 +31,10 @@ def cost(seed: int, block_size: int = 16) -> ProfiledCost:
     return ProfiledCost(synthetic_profile(OPT, SIZES, seed), OPT, block_size)
 
 
-def loop(c: ProfiledCost, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
-    d = [c.step_time(base + delta * j) for j in range(k)]
-    return math.fsum(d), math.fsum(j * x for j, x in enumerate(d))
+def loop(c: ProfiledCost, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
+    """The window's sums as the reference loop adds them: step by step, in ticks."""
+    d = [c.step_ticks(base + delta * j) for j in range(k)]
+    return sum(d), sum(j * x for j, x in enumerate(d))
 
 
 def close(a: float, b: float) -> bool:
@@ -56,14 +58,9 @@ def test_decode_window_equals_the_rounds(seed: int, n: int, context: int, k: int
     base = BatchShape(n, n, context + n, context + n)
     want = loop(c, base, BatchShape.decode_growth(n), k)
     for curve in (c.decode_curve(n, context), c.curve(base, BatchShape.decode_growth(n))):
-        got = curve.sums(k)
-        assert close(got[0], want[0])
-        assert close(got[1], want[1])
-        assert close(curve.totals([k])[0], want[0])
-    assert all(
-        close(a, b)
-        for a, b in zip(c.window(base, BatchShape.decode_growth(n), k), want, strict=True)
-    )
+        assert curve.sums(k) == want  # exactly: integer lines, integer series
+        assert curve.totals([k]) == [want[0]]
+    assert c.window(base, BatchShape.decode_growth(n), k) == want
 
 
 @settings(max_examples=100, deadline=None)
@@ -81,10 +78,7 @@ def test_prefill_window_equals_the_rounds(
     b = BatchShape(t + s, s, p, p // 2)
     d = BatchShape(delta[0] + delta[1], delta[1], delta[2], delta[2] // 3)
     c = cost(seed)
-    want = loop(c, b, d, k)
-    got = c.curve(b, d).sums(k)
-    assert close(got[0], want[0])
-    assert close(got[1], want[1])
+    assert c.curve(b, d).sums(k) == loop(c, b, d, k)
 
 
 @settings(max_examples=150, deadline=None)
@@ -92,9 +86,9 @@ def test_prefill_window_equals_the_rounds(
     seed=st.integers(0, 10**6),
     n=st.integers(1, 64),
     context=st.integers(0, 5000),
-    duration=st.floats(0.0, 2.0),
+    duration=st.integers(0, 2 * SECOND),
 )
-def test_steps_to_reach_is_the_smallest(seed: int, n: int, context: int, duration: float) -> None:
+def test_steps_to_reach_is_the_smallest(seed: int, n: int, context: int, duration: int) -> None:
     c = cost(seed)
     curve = c.decode_curve(n, context)
     k, sums = curve.reach(duration)
@@ -199,28 +193,30 @@ def test_fast_forward_equals_reference_with_a_profile(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    lines=st.lists(st.tuples(st.floats(1e-4, 1e-2), st.floats(0, 1e-4)), min_size=1, max_size=5),
+    lines=st.lists(
+        st.tuples(st.integers(SECOND // 10**4, SECOND // 100), st.integers(0, SECOND // 10**4)),
+        min_size=1,
+        max_size=5,
+    ),
     gaps=st.lists(st.integers(1, 50), min_size=4, max_size=4),
     k=st.integers(0, 300),
-    duration=st.floats(0, 5),
+    duration=st.integers(0, 5 * SECOND),
 )
 def test_segment_curve_sums_are_the_rounds_summed(
-    lines: list[tuple[float, float]], gaps: list[int], k: int, duration: float
+    lines: list[tuple[int, int]], gaps: list[int], k: int, duration: int
 ) -> None:
     starts = [0]
     for g in gaps[: len(lines) - 1]:
         starts.append(starts[-1] + g)
     curve = SegmentCurve.of(starts, lines)
 
-    def d(j: int) -> float:
+    def d(j: int) -> int:
         s = max(i for i, start in enumerate(starts) if start <= j)
         return lines[s][0] + lines[s][1] * j
 
-    want = (math.fsum(d(j) for j in range(k)), math.fsum(j * d(j) for j in range(k)))
-    got = curve.sums(k)
-    assert close(got[0], want[0])
-    assert close(got[1], want[1])
-    assert close(curve.totals([k])[0], want[0])
+    want = (sum(d(j) for j in range(k)), sum(j * d(j) for j in range(k)))
+    assert curve.sums(k) == want
+    assert curve.totals([k]) == [want[0]]
     steps, _ = curve.reach(duration)
     assert curve.sums(steps)[0] >= duration
     assert steps == 0 or curve.sums(steps - 1)[0] < duration

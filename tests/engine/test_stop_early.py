@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedkv.engine.clock import TICKS_PER_SECOND
 from pagedkv.engine.engine import EngineRun
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.scheduler import SchedulerOutput
@@ -32,7 +33,7 @@ class StopAt:
             if c.num_cached_tokens + c.num_new_tokens == c.request.num_tokens
             and self.stop_at.get(c.request.request_id) == c.request.num_output_tokens + 1
         )
-        return StepResult(1.0, None, stopped)
+        return StepResult(TICKS_PER_SECOND, None, stopped)  # the unit clock's step
 
 
 @st.composite

@@ -11,6 +11,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
+from pagedkv.engine.clock import to_ticks
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.executor import StepResult
 from pagedkv.engine.scheduler import SchedulerOutput
@@ -64,7 +65,7 @@ class _Counting:
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
         self.calls += 1
-        return StepResult(next(self.durations), {self.calls: 0})
+        return StepResult.measured(next(self.durations), {self.calls: 0})
 
 
 @settings(max_examples=50, deadline=None)
@@ -75,17 +76,18 @@ class _Counting:
 def test_repeated_reports_the_median_and_the_first_result(
     durations: list[float], swaps: bool
 ) -> None:
-    import statistics
-
     from pagedkv.memory.interface import SwapMapping
 
     inner = _Counting(durations)
     batch = SchedulerOutput(swap_out=[SwapMapping(0, 0)] if swaps else [])
     result = Repeated(inner, len(durations)).execute(batch)
     assert result.sampled == {1: 0}  # the first run's result
+    ticks = [to_ticks(d) for d in durations]  # each measured duration, rounded once
     if swaps:  # its copies are not rerun
         assert inner.calls == 1
-        assert result.duration == durations[0]
+        assert result.ticks == ticks[0]
     else:
         assert inner.calls == len(durations)
-        assert result.duration == statistics.median(durations)
+        # a median: at most half of the runs on either side of it
+        assert sum(t < result.ticks for t in ticks) <= len(ticks) // 2
+        assert sum(t > result.ticks for t in ticks) <= len(ticks) // 2

@@ -97,7 +97,7 @@ class Member(NamedTuple):
 class Cohort:
     """One cohort, from the running requests of a pure decode round to its end."""
 
-    def __init__(self, engine: Engine, cost: CostModel, prices: dict[object, float]) -> None:
+    def __init__(self, engine: Engine, cost: CostModel, prices: dict[object, int]) -> None:
         kv = engine.scheduler.kv
         assert isinstance(kv, KVCacheManager), "plain() admits paged memory only"
         self.engine = engine
@@ -128,8 +128,8 @@ class Cohort:
         # clock's and allocated slots' over the rounds in which a request waited.
         self.seq_rounds = self.admissions = self.admitted_running = self.admitted_seqs = 0
         self.max_running = 0
-        self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
-        self.wait_time = self.wait_alloc = 0.0
+        self.time = self.token_time = self.alloc_time = self.internal_time = 0  # (ticks)
+        self.wait_time = self.wait_alloc = 0
 
     @property
     def rounds(self) -> int:
@@ -176,7 +176,7 @@ class Cohort:
         growth_victim = sched.growth_victim
         arrival = eng.next_arrival  # changes only when arrivals are handed over
         preempted = False  # victims just left: the round they made room for runs next
-        swap_cost = 0.0  # what swapping them out adds to that round
+        swap_cost = 0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
@@ -219,7 +219,7 @@ class Cohort:
                     victim = growth_victim()  # short of blocks for the decodes
                     if victim is None:
                         return  # (the scheduler preempts)
-                    swap_cost = self.cost.swap_time(self._preempt(victim))
+                    swap_cost = self.cost.swap_ticks(self._preempt(victim))
                     preempted = replan = mixed = True
                     continue
                 if preempted and members:
@@ -305,7 +305,7 @@ class Cohort:
                 if victim is None:
                     return  # (the scheduler preempts)
                 swaps = self._preempt(victim)
-                swap_cost = self.cost.swap_time(swaps) if swaps else 0.0
+                swap_cost = self.cost.swap_ticks(swaps) if swaps else 0
                 preempted = replan = True
                 continue
             if finishes[0][0] == self.done:  # (a window an arrival cut may end before it)
@@ -392,7 +392,7 @@ class Cohort:
         m = len(chunks)
         cached = sum(c.num_cached_tokens for c in chunks)
         duration = self.cost.decode_curve(n + m, context + cached).sums(1)[0]
-        duration += self.cost.swap_time(len(out.swap_in))
+        duration += self.cost.swap_ticks(len(out.swap_in))
         self.done += 1  # the members' round
         self.windows += 1
         self.seq_rounds += n + m
@@ -427,10 +427,10 @@ class Cohort:
             context + n + part.attn_pairs,
             context + n + part.kv_read_tokens,
         )
-        duration = self.cost.step_time(shape)
+        duration = self.cost.step_ticks(shape)
         swaps = (self.victim_swaps if preempted else 0) + len(out.swap_out) + len(out.swap_in)
         if swaps:
-            duration += self.cost.swap_time(swaps)
+            duration += self.cost.swap_ticks(swaps)
         if out.preempted:
             swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
             self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
@@ -456,7 +456,7 @@ class Cohort:
             return None
         return bool(chunks or out.preempted or out.swap_in)
 
-    def _account(self, duration: float, running: int) -> None:
+    def _account(self, duration: int, running: int) -> None:
         """A round of ``duration`` at the books as they are now (its allocations made)."""
         sched = self.engine.scheduler
         tokens, reservation, internal = self.kv.books()
@@ -500,7 +500,7 @@ class Cohort:
         if joined:  # (one not finished by its prefill)
             self._join(joined)
 
-    def _duration(self, batch: SchedulerOutput) -> float:
+    def _duration(self, batch: SchedulerOutput) -> int:
         """What ``SimExecutor.execute`` says of an admission round (no swap in it, so the cost
         model's step time), remembered by the batch's (new, cached) tokens per chunk: a cost
         model prices a shape and nothing else (the fast-forward relies on it throughout), and
@@ -511,12 +511,12 @@ class Cohort:
             duration = self.prices.get(pair)
             if duration is None:
                 shape = BatchShape.from_chunks((pair,))
-                duration = self.prices[pair] = self.cost.step_time(shape)
+                duration = self.prices[pair] = self.cost.step_ticks(shape)
             return duration
         pairs = tuple([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
         duration = self.prices.get(pairs)
         if duration is None:
-            duration = self.prices[pairs] = self.cost.step_time(BatchShape.from_chunks(pairs))
+            duration = self.prices[pairs] = self.cost.step_ticks(BatchShape.from_chunks(pairs))
         return duration
 
     # ----- the end ---------------------------------------------------------------------------

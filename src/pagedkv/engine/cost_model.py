@@ -1,11 +1,17 @@
 """Cost models: what one iteration of the serving loop costs, what a swap costs.
 
-A step is summarised by a ``BatchShape``. Two models: ``UnitCost`` (1 tick per step, the course
-lesson's step counts) and ``RooflineCost`` (seconds from a GPU x model roofline). Both give the
-simulator a closed-form fast-forward over k steps whose shapes grow linearly (a decode-only batch:
-each step every sequence's context grows by one): ``window`` sums the step times and
-``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k) evaluations.
+A step is summarised by a ``BatchShape``. Two models: ``UnitCost`` (one second per step: the
+course lesson's step counts) and ``RooflineCost`` (seconds from a GPU x model roofline). Both
+give the simulator a closed-form fast-forward over k steps whose shapes grow linearly (a
+decode-only batch: each step every sequence's context grows by one): ``window`` sums the step
+times and ``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k)
+evaluations.
 Recompute has no separate price: it is the prefill step that redoes the tokens.
+
+Prices are integer ticks (``clock.py``): each line's coefficients (per token, sequence, pair,
+K/V token read, and the constant) are quantised to ticks once, at construction, so a step's
+price is an exact integer and every window sum is an exact integer series. ``step_time`` and
+``swap_time`` read them as seconds.
 
 ``BatchShape`` is in ``batch_shape.py``; the window sums (``linear_window``, ``WindowCurve``,
 ...) are in ``windows.py``.
@@ -13,11 +19,11 @@ Recompute has no separate price: it is the prefill step that redoes the tokens.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import TICKS_PER_SECOND, to_seconds, to_ticks
 from pagedkv.engine.windows import (
     StepCurve,
     WindowCurve,
@@ -33,22 +39,39 @@ from pagedkv.validation import check_bounds, check_int, float_field, int_field
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Prices steps and swaps. Step ``i`` of a window has shape ``base + i * delta``."""
+    """Prices steps and swaps. Step ``i`` of a window has shape ``base + i * delta``.
+
+    Units: the engine's clock counts integer ticks (``clock.TICKS_PER_SECOND`` a second; the
+    unit model's step is one second). ``step_ticks``, ``swap_ticks``, the window sums, the
+    curves' lines and ``steps_to_reach``'s duration are exact ints of ticks: a window's sums
+    must equal adding its steps' ``step_ticks`` one by one (the fast path and the reference
+    loop then agree to the bit). ``step_time`` and ``swap_time`` are the same prices in
+    seconds, for readers (plans, experiments, fidelity); a class that subclasses the protocol
+    inherits them."""
+
+    def step_ticks(self, shape: BatchShape) -> int:
+        """Duration of one step, in ticks."""
+        ...
+
+    def swap_ticks(self, num_blocks: int) -> int:
+        """Duration of moving ``num_blocks`` blocks between GPU and CPU (one direction), in
+        ticks."""
+        ...
 
     def step_time(self, shape: BatchShape) -> float:
-        """Duration of one step (seconds; ticks for the unit model)."""
-        ...
+        """``step_ticks`` in seconds."""
+        return to_seconds(self.step_ticks(shape))
 
     def swap_time(self, num_blocks: int) -> float:
-        """Duration of moving ``num_blocks`` blocks between GPU and CPU (one direction)."""
+        """``swap_ticks`` in seconds."""
+        return to_seconds(self.swap_ticks(num_blocks))
+
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
+        """(sum of d_i, sum of i * d_i) over steps i = 0..k-1 (ticks), in closed form."""
         ...
 
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
-        """(sum of d_i, sum of i * d_i) over steps i = 0..k-1, in closed form."""
-        ...
-
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
-        """The smallest k >= 0 with sum_{i<k} d_i >= duration."""
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
+        """The smallest k >= 0 with sum_{i<k} d_i >= duration (ticks)."""
         ...
 
     def curve(self, base: BatchShape, delta: BatchShape) -> StepCurve:
@@ -58,33 +81,37 @@ class CostModel(Protocol):
     def decode_curve(self, num_seqs: int, context: int) -> StepCurve:
         """``curve`` of decode rounds of ``num_seqs`` sequences that hold ``context`` tokens
         in all: base ``BatchShape(n, n, context + n, context + n)``, delta
-        ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window; the same floats
-        as ``curve``, without building the shapes)."""
+        ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window; the same
+        integers as ``curve``, without building the shapes)."""
         ...
 
 
-class UnitCost:
-    """Every step costs 1 tick, swaps nothing: the course lesson's clock counts iterations."""
+_SECOND = TICKS_PER_SECOND
 
-    def step_time(self, shape: BatchShape) -> float:
-        return 1.0
 
-    def swap_time(self, num_blocks: int) -> float:
+class UnitCost(CostModel):
+    """Every step costs one second, swaps nothing: the course lesson's clock counts
+    iterations."""
+
+    def step_ticks(self, shape: BatchShape) -> int:
+        return _SECOND
+
+    def swap_ticks(self, num_blocks: int) -> int:
         check_int("num_blocks", num_blocks, 0)
-        return 0.0
+        return 0
 
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
         check_int("k", k, 0)
-        return float(k), float(k * (k - 1) // 2)
+        return k * _SECOND, k * (k - 1) // 2 * _SECOND
 
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
-        return max(0, math.ceil(check_duration(duration)))
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
+        return max(0, -(-check_duration(duration) // _SECOND))
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
-        return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
+        return WindowCurve((0, 0), (0, 0), (_SECOND, 0))
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
-        return WindowCurve((0.0, 0.0), (0.0, 0.0), (1.0, 0.0))
+        return WindowCurve((0, 0), (0, 0), (_SECOND, 0))
 
 
 MAX_SECONDS = 3600.0
@@ -185,15 +212,21 @@ class RooflineConfig:
 
 @dataclass(frozen=True)
 class _Linear:
-    """const + coef . (num_tokens, num_seqs, attn_pairs, kv_read_tokens)."""
+    """const + coef . (num_tokens, num_seqs, attn_pairs, kv_read_tokens), in ticks."""
 
-    const: float
-    coef: tuple[float, float, float, float]
+    const: int
+    coef: tuple[int, int, int, int]
 
-    def at(self, shape: BatchShape) -> float:
+    @classmethod
+    def of_seconds(cls, const: float, coef: tuple[float, float, float, float]) -> _Linear:
+        """The line with each coefficient (seconds) quantised to ticks once."""
+        a, b, c, d = coef
+        return cls(to_ticks(const), (to_ticks(a), to_ticks(b), to_ticks(c), to_ticks(d)))
+
+    def at(self, shape: BatchShape) -> int:
         return self.const + self.slope(shape)
 
-    def slope(self, shape: BatchShape) -> float:
+    def slope(self, shape: BatchShape) -> int:
         c = self.coef  # spelled out: called for every window, a generator costs 3x
         return (
             c[0] * shape.num_tokens
@@ -203,7 +236,7 @@ class _Linear:
         )
 
 
-class RooflineCost:
+class RooflineCost(CostModel):
     """Step time = max(compute, memory) + overhead (+ all-reduces), per GPU of a tp group.
 
     Per step, on one GPU (everything divided by tp, as heads and weight matrices are split):
@@ -250,7 +283,7 @@ class RooflineCost:
         flop_s = gpu.bf16_flops * cfg.compute_efficiency * tp
         byte_s = gpu.mem_bandwidth * cfg.memory_efficiency
         attn_flops = model.num_layers * model.attention_flops_per_pair_per_layer
-        self._compute = _Linear(
+        self._compute = _Linear.of_seconds(
             0.0,
             (
                 2 * model.active_non_embedding_params / flop_s,
@@ -264,46 +297,56 @@ class RooflineCost:
         bs = cfg.block_size
         block = cfg.paged_block_overhead * KERNEL_REFERENCE_BLOCK * kv / byte_s
         self.block_overhead_s = block  # seconds per K/V block read, all layers, one GPU
-        self._memory = _Linear(
+        self._memory = _Linear.of_seconds(
             weights / byte_s,
             (kv / byte_s, block * (bs - 1) / (2 * bs), 0.0, kv / byte_s + block / bs),
         )
         sliding = model.num_sliding_layers  # their share of the attention and K/V read terms
-        self._sliding_attn = sliding * model.attention_flops_per_pair_per_layer / flop_s
+        self._sliding_attn = to_ticks(sliding * model.attention_flops_per_pair_per_layer / flop_s)
         read = 1 + cfg.paged_block_overhead * KERNEL_REFERENCE_BLOCK / bs  # bytes + blocks
-        self._sliding_read = sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s * read
+        self._sliding_read = to_ticks(
+            sliding * model.kv_bytes_per_layer_per_gpu(tp) / byte_s * read
+        )
         allreduces = 2 * model.num_layers if tp > 1 else 0
         ring_bytes = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes
         link = gpu.peer_bandwidth * cfg.interconnect_efficiency
-        self._extra = _Linear(
+        self._extra = _Linear.of_seconds(
             cfg.step_overhead_s + allreduces * cfg.allreduce_latency_s,
             (allreduces * ring_bytes / link, cfg.per_sequence_s, 0.0, 0.0),
         )
-        # decode_curve's terms: the coefficients above that are not a literal 0.0 (a term
-        # 0.0 x adds exactly nothing, so leaving it out keeps ``curve``'s very floats).
+        # decode_curve's terms: a decode's tokens, sequences and pairs are n, n and its reads
+        # (the coefficients that are 0 by construction left out; integers: regrouped exactly).
         c0, c1, c2, _ = self._compute.coef
         m0, m1, _, m3 = self._memory.coef
-        self._decode_terms = (c0, c1, c2, self._memory.const, m0, m1, m3, self._extra.const)
-        self._decode_extra = self._extra.coef[:2]
+        e0, e1, _, _ = self._extra.coef
+        self._decode_terms = (
+            c0 + c1,
+            c2,
+            self._memory.const,
+            m0 + m1,
+            m3,
+            self._extra.const,
+            e0 + e1,
+        )
         self.block_bytes_per_gpu = bs * kv
-        self._swap_per_block = (
+        self._swap_per_block = to_ticks(
             self.block_bytes_per_gpu / (gpu.pcie_bandwidth * cfg.pcie_efficiency)
             + 2 * model.num_layers * cfg.swap_copy_overhead_s
         )
 
     def compute_time(self, shape: BatchShape) -> float:
-        """FLOPs / (peak x compute_efficiency)."""
-        return self._compute.at(shape)
+        """FLOPs / (peak x compute_efficiency), seconds."""
+        return to_seconds(self._compute.at(shape))
 
     def memory_time(self, shape: BatchShape) -> float:
-        """Bytes / (bandwidth x memory_efficiency)."""
-        return self._memory.at(shape)
+        """Bytes / (bandwidth x memory_efficiency), seconds."""
+        return to_seconds(self._memory.at(shape))
 
-    def step_time(self, shape: BatchShape) -> float:
+    def step_ticks(self, shape: BatchShape) -> int:
         return max(self._compute.at(shape), self._memory.at(shape)) + self._extra.at(shape)
 
-    def windowed_step_time(self, shape: BatchShape, windowed: BatchShape) -> float:
-        """``step_time`` with the sliding-window layers' attention pairs and K/V reads taken
+    def windowed_step_ticks(self, shape: BatchShape, windowed: BatchShape) -> int:
+        """``step_ticks`` with the sliding-window layers' attention pairs and K/V reads taken
         from ``windowed`` (the counts clipped at the window) instead of ``shape``."""
         compute = self._compute.at(shape)
         compute -= self._sliding_attn * (shape.attn_pairs - windowed.attn_pairs)
@@ -311,21 +354,25 @@ class RooflineCost:
         memory -= self._sliding_read * (shape.kv_read_tokens - windowed.kv_read_tokens)
         return max(compute, memory) + self._extra.at(shape)
 
-    def swap_time(self, num_blocks: int) -> float:
+    def windowed_step_time(self, shape: BatchShape, windowed: BatchShape) -> float:
+        """``windowed_step_ticks`` in seconds."""
+        return to_seconds(self.windowed_step_ticks(shape, windowed))
+
+    def swap_ticks(self, num_blocks: int) -> int:
         """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads).
 
         Each GPU swaps its own share of every block over its own link, in parallel.
         """
         return check_int("num_blocks", num_blocks, 0) * self._swap_per_block
 
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
         check_int("k", k, 0)
         c, m, e = self._compute, self._memory, self._extra
         peak = max_linear_window((c.at(base), c.slope(delta)), (m.at(base), m.slope(delta)), k)
         extra = linear_window(e.at(base), e.slope(delta), 0, k)
         return peak[0] + extra[0], peak[1] + extra[1]
 
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
         return self.curve(base, delta).steps_to_reach(duration)
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
@@ -336,15 +383,14 @@ class RooflineCost:
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
         # n decodes reading ``read`` K/V tokens: at(BatchShape(n, n, read, read)) and
-        # slope(BatchShape(0, 0, n, n)) of each line, in _Linear's order of float operations.
+        # slope(BatchShape(0, 0, n, n)) of each line (exact integers: any order).
         n, read = num_seqs, context + num_seqs
-        c0, c1, c2, mem, m0, m1, m3, extra = self._decode_terms
-        e0, e1 = self._decode_extra
+        per_seq, per_pair, mem, mem_seq, per_read, extra, extra_seq = self._decode_terms
         return WindowCurve.of(
-            c0 * n + c1 * n + c2 * read,
-            c2 * n,
-            mem + (m0 * n + m1 * n + m3 * read),
-            m3 * n,
-            extra + (e0 * n + e1 * n),
-            0.0,
+            per_seq * n + per_pair * read,
+            per_pair * n,
+            mem + mem_seq * n + per_read * read,
+            per_read * n,
+            extra + extra_seq * n,
+            0,
         )

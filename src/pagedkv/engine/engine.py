@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagedkv.engine.clock import to_seconds, to_ticks
 from pagedkv.engine.executor import Executor
 from pagedkv.engine.fast_forward import FastForward
-from pagedkv.engine.ledger import ARRIVAL_SLACK_S, Ledger, Span
+from pagedkv.engine.ledger import Ledger, Span
 from pagedkv.engine.metrics import StepRecord, StepTotals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
@@ -80,9 +81,16 @@ class Engine:
                 self.followups.setdefault(r.parent_id, []).append(r)
             seen.add(r.request_id)
         self.requests.sort(key=lambda r: (r.arrival_time, r.request_id))
+        for r in self.requests:  # the clock's view of each arrival, computed once
+            try:
+                r.arrival_tick = to_ticks(r.arrival_time)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"requests[{r.request_id}].arrival_time", r.arrival_time, err.allowed
+                ) from None
         # not yet arrived, in arrival order: the open-loop requests, and released follow-ups
         self.pending = deque(r for r in self.requests if r.parent_id is None)
-        self.released: list[tuple[float, int, Request]] = []  # a heap
+        self.released: list[tuple[int, int, Request]] = []  # a heap: (tick, id, request)
         self.check_integrity = check_integrity
         self.trace_steps = trace_steps
         # Paged memory's books give a round's categories without building a MemoryUsage
@@ -116,10 +124,10 @@ class Engine:
     def admit_arrivals(self) -> None:
         """Hand the scheduler every request that has arrived by now, in arrival order."""
         pending, released = self.pending, self.released
-        now = self.ledger.now + ARRIVAL_SLACK_S  # (``Ledger.arrived``)
+        now = self.ledger.ticks  # (``Ledger.arrived``)
         if self.cap is None and not released:  # the usual case: open-loop arrivals, in order
             add = self.scheduler.add_request  # (a rejection releases nothing)
-            while pending and pending[0].arrival_time <= now:
+            while pending and pending[0].arrival_tick <= now:
                 head = pending.popleft()
                 if not add(head):
                     self._reject_followups(head)
@@ -129,34 +137,39 @@ class Engine:
                 return
             if released and released[0][0] <= now:
                 head = released[0][2]
-                if pending and (pending[0].arrival_time, pending[0].request_id) < released[0][:2]:
+                if pending and (pending[0].arrival_tick, pending[0].request_id) < released[0][:2]:
                     head = pending.popleft()
                 else:
                     heapq.heappop(released)
-            elif pending and pending[0].arrival_time <= now:
+            elif pending and pending[0].arrival_tick <= now:
                 head = pending.popleft()
             else:
                 return
             if self.cap is not None:
-                head.arrival_time = self.cap.send(head.arrival_time)
+                sent = int(self.cap.send(head.arrival_tick))  # (ticks in, ticks out)
+                if sent != head.arrival_tick:  # sent later than it arrived
+                    head.arrival_tick = sent
+                    head.arrival_time = to_seconds(sent)
             if not self.scheduler.add_request(head):
                 self._reject_followups(head)
                 if self.cap is not None:  # refused at once: its slot is free again
-                    self.cap.release(head.arrival_time)
+                    self.cap.release(head.arrival_tick)
 
     @property
-    def next_arrival(self) -> float | None:
+    def next_arrival(self) -> int | None:
+        """The tick of the next arrival to come (None: none is known yet)."""
         if self.cap is not None and not self.cap.free:  # sent when one in flight ends
             return None
-        first = self.pending[0].arrival_time if self.pending else None
+        first = self.pending[0].arrival_tick if self.pending else None
         if self.released and (first is None or self.released[0][0] < first):
             return self.released[0][0]
         return first
 
     def _release_followups(self, parent: Request) -> None:
         for child in self.followups.pop(parent.request_id, ()):
-            child.arrival_time = self.ledger.now + child.think_time
-            heapq.heappush(self.released, (child.arrival_time, child.request_id, child))
+            child.arrival_tick = self.ledger.ticks + to_ticks(child.think_time, "think_time")
+            child.arrival_time = to_seconds(child.arrival_tick)
+            heapq.heappush(self.released, (child.arrival_tick, child.request_id, child))
 
     def _reject_followups(self, parent: Request) -> None:
         for child in self.followups.pop(parent.request_id, ()):
@@ -216,11 +229,11 @@ class Engine:
         if books is not None and not (self.check_integrity or self.trace_steps):
             # the categories without a MemoryUsage (paged memory, an untraced run)
             slots = categories(kv.capacity, *books(), sched.has_queued())
-            self._account(batch, result.duration, Span.of_slots, slots)
+            self._account(batch, result.ticks, Span.of_slots, slots)
         else:
             usage = kv.usage(waiting_for_memory=sched.has_queued())
-            self._account(batch, result.duration, Span.of_round, usage)
-        finished = self.apply(batch, result.duration, result.sampled, result.stopped)
+            self._account(batch, result.ticks, Span.of_round, usage)
+        finished = self.apply(batch, result.ticks, result.sampled, result.stopped)
         if self.check_integrity:
             assert usage is not None  # (a checked run builds it)
             kv.check_integrity()
@@ -230,24 +243,25 @@ class Engine:
     def apply(
         self,
         batch: SchedulerOutput,
-        duration: float,
+        duration: int,
         sampled: Mapping[object, int] | None = None,
         stopped: frozenset[int] = frozenset(),
     ) -> bool:
-        """An iteration's effects once it ran (and was accounted): the clock, each request's
+        """An iteration's effects once it ran (and was accounted; ``duration`` in ticks): the
+        clock, each request's
         counters and the tokens it sampled (a real executor's, keyed by seq id); finished
         requests (their output_len reached, or ``stopped``: a real model's stop token) free
         their memory. True if any did."""
         ledger = self.ledger
-        start = ledger.now
+        start = ledger.ticks
         ledger.advance(duration)
-        now = ledger.now
+        end = start + duration  # (ticks: read as seconds only where a time is set)
         stamp = self.token_times is not None
         finished: list[Request] = []
         for chunk in batch.chunks:
             req = chunk.request
             if req.admitted_time is None:
-                req.admitted_time = start
+                req.admitted_time = to_seconds(start)
             computed = req.num_computed_tokens + chunk.num_new_tokens
             req.num_computed_tokens = computed
             outputs = req.num_output_tokens
@@ -259,7 +273,7 @@ class Engine:
                     for seq_id in req.seq_ids:
                         req.outputs_of(seq_id).append(sampled[seq_id])
                 if req.first_token_time is None:
-                    req.first_token_time = now
+                    req.first_token_time = to_seconds(end)
                 if outputs == req.output_len:
                     finished.append(req)
                 elif req.request_id in stopped:
@@ -292,7 +306,7 @@ class Engine:
                     done.complete_samples()
                 self._ended += 1
                 if self.cap is not None:
-                    self.cap.release(self.now)
+                    self.cap.release(self.ledger.ticks)
                 if self.followups:
                     self._release_followups(done)
         if finished and self.progress is not None:
@@ -301,8 +315,8 @@ class Engine:
     def _account(
         self,
         batch: SchedulerOutput,
-        duration: float,
-        span: Callable[[float, Any, int, int, int], Span],
+        duration: int,
+        span: Callable[[int, Any, int, int, int], Span],
         memory: MemoryUsage | tuple[int, int, int, int, int],
     ) -> None:
         """Account one round: ``span`` (``Span.of_round`` or ``of_slots``) of its ``memory``."""
@@ -321,7 +335,7 @@ class Engine:
                 StepRecord(
                     index=t.iterations - 1,
                     start_time=self.ledger.now,
-                    duration=duration,
+                    duration=to_seconds(duration),
                     num_running=len(sched.running),
                     num_waiting=len(sched.waiting),
                     num_swapped=len(sched.swapped),

@@ -12,20 +12,36 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import to_seconds, to_ticks
 from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.scheduler import SchedulerOutput
 
 
 @dataclass(frozen=True)
 class StepResult:
-    """How long the iteration took (simulated seconds, or ticks under the unit clock), and,
-    from a real executor, the token each sequence sampled (keyed by its ``seq_id``; only
-    sequences whose computed tokens caught up with their total sample one), and the ids of the
-    requests that sampled a stop token (EOS): they end now, shorter than their output_len."""
+    """How long the iteration took, in the clock's integer ticks (``clock.py``), and, from a
+    real executor, the token each sequence sampled (keyed by its ``seq_id``; only sequences
+    whose computed tokens caught up with their total sample one), and the ids of the requests
+    that sampled a stop token (EOS): they end now, shorter than their output_len."""
 
-    duration: float
+    ticks: int
     sampled: Mapping[object, int] | None = None
     stopped: frozenset[int] = frozenset()
+
+    @classmethod
+    def measured(
+        cls,
+        seconds: float,
+        sampled: Mapping[object, int] | None = None,
+        stopped: frozenset[int] = frozenset(),
+    ) -> StepResult:
+        """An iteration that took ``seconds`` (a wall clock's), rounded once to ticks."""
+        return cls(to_ticks(seconds), sampled, stopped)
+
+    @property
+    def duration(self) -> float:
+        """``ticks`` in seconds."""
+        return to_seconds(self.ticks)
 
 
 @runtime_checkable
@@ -48,8 +64,8 @@ class SimExecutor:
         self.cost_model = cost_model
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
-        duration = self.cost_model.step_time(batch_shape(batch))
+        ticks = self.cost_model.step_ticks(batch_shape(batch))
         swapped = len(batch.swap_out) + len(batch.swap_in)
         if swapped:
-            duration += self.cost_model.swap_time(swapped)
-        return StepResult(duration)
+            ticks += self.cost_model.swap_ticks(swapped)
+        return StepResult(ticks)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from pagedkv.engine import cohort
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.scheduler import Scheduler, SchedulerOutput, new_token_ids
@@ -50,7 +51,7 @@ class FastForward:
         self.caches_prefixes = bool(getattr(config, "enable_prefix_caching", False))
         self.windows = 0
         self.rounds = 0
-        self.prices: dict[object, float] = {}  # the cohorts' admission rounds, by shape
+        self.prices: dict[object, int] = {}  # the cohorts' admission rounds, by shape
 
     def after(self, batch: SchedulerOutput, finished: bool) -> None:
         """Called after every round; skips ahead if the next rounds are pure decodes: the round
@@ -228,8 +229,8 @@ class FastForward:
             ]
         kv.append_slots_all(seq_ids, k, ids)
         if eng.token_times is not None:  # round i's token is sampled at now + sum_{j<i} d_j
-            start = eng.ledger.now
-            stamps = [start + t for t in curve.totals(list(range(1, k + 1)))]
+            start = eng.ledger.ticks
+            stamps = [to_seconds(start + t) for t in curve.totals(list(range(1, k + 1)))]
             for r in running:
                 eng.token_times.setdefault(r.request_id, []).extend(stamps)
         finished = []

@@ -13,42 +13,40 @@ duration T::
 Adding a metric means one field of ``StepTotals`` and one of ``Span``, and one line of ``add``;
 both paths then account it (the fast path has to supply its integral over a span, which the
 differential tests check against the reference's sum of rounds).
+
+The clock and every total are integers: ticks (``clock.py``), and ticks x slots for the time
+integrals. The fast path's closed forms and the reference's round-by-round sums are then the
+same integers, and an arrival that ties a round's end falls on the same side of it in both.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.metrics import StepTotals
 from pagedkv.memory.usage import MemoryUsage
 
-ARRIVAL_SLACK_S = 1e-9
-"""An arrival at most this long after a round's end counts as arrived by it (``Ledger.arrived``).
-The reference loop adds step times one by one and the fast path sums them in closed form, so the
-two clocks differ in their last bits; an arrival that ties a round's end exactly (a unit clock,
-arrivals on a grid) must fall on the same side of it in both. A nanosecond is far above that
-rounding (1e-16 of the clock per step) and far below any step time, so no other arrival moves."""
-
 
 class Span(NamedTuple):
-    """What ``rounds`` busy rounds of total duration ``time`` add to the totals: the sums of
-    running and batched sequences over them, the most running at once, and the time integrals
-    of the five memory categories (``CATEGORIES`` order), of the blocks saved by sharing and of
-    the allocator's rounding."""
+    """What ``rounds`` busy rounds of total duration ``time`` (ticks) add to the totals: the
+    sums of running and batched sequences over them, the most running at once, and the time
+    integrals (ticks x slots) of the five memory categories (``CATEGORIES`` order), of the
+    blocks saved by sharing and of the allocator's rounding."""
 
     rounds: int
-    time: float
+    time: int
     running: int
     batched: int
     max_running: int
-    weighted: tuple[float, float, float, float, float]
-    saved: float
-    rounding: float = 0.0
+    weighted: tuple[int, int, int, int, int]
+    saved: int
+    rounding: int = 0
 
     @classmethod
     def of_round(
         cls,
-        duration: float,
+        duration: int,
         usage: MemoryUsage,
         num_running: int,
         num_batched: int,
@@ -69,7 +67,7 @@ class Span(NamedTuple):
     @classmethod
     def of_slots(
         cls,
-        duration: float,
+        duration: int,
         slots: tuple[int, int, int, int, int],
         num_running: int,
         num_batched: int,
@@ -98,8 +96,8 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one span 
 
 
 def level_integrals(
-    capacity: int, time: float, tokens: float, allocated: float, internal: float, waiting: bool
-) -> tuple[float, float, float, float, float]:
+    capacity: int, time: int, tokens: int, allocated: int, internal: int, waiting: bool
+) -> tuple[int, int, int, int, int]:
     """The five categories' integrals over a span (``CATEGORIES`` order) from those of token
     states, allocated slots and internal fragmentation: reservation is what allocated holds
     beyond the other two, and unallocated slots are external fragmentation while a request
@@ -107,36 +105,41 @@ def level_integrals(
     unallocated = capacity * time - allocated
     reservation = allocated - tokens - internal
     if waiting:
-        return tokens, reservation, internal, unallocated, 0.0
-    return tokens, reservation, internal, 0.0, unallocated
+        return tokens, reservation, internal, unallocated, 0
+    return tokens, reservation, internal, 0, unallocated
 
 
 class Ledger:
-    """The run's clock (``now``) and its ``StepTotals``; the only code that writes either."""
+    """The run's clock (``ticks``) and its ``StepTotals``; the only code that writes either."""
 
-    __slots__ = ("now", "totals")
+    __slots__ = ("ticks", "totals")
 
     def __init__(self) -> None:
-        self.now = 0.0
+        self.ticks = 0
         self.totals = StepTotals()
 
-    def advance(self, duration: float) -> None:
-        """The clock moves over busy rounds of ``duration`` in total."""
-        self.now += duration
+    @property
+    def now(self) -> float:
+        """The clock in seconds (``clock.to_seconds``: the same float on every path)."""
+        return to_seconds(self.ticks)
 
-    def arrived(self, time: float) -> bool:
-        """Has an arrival at ``time`` happened by now (``ARRIVAL_SLACK_S``)?"""
-        return time <= self.now + ARRIVAL_SLACK_S
+    def advance(self, duration: int) -> None:
+        """The clock moves over busy rounds of ``duration`` ticks in total."""
+        self.ticks += duration
 
-    def until(self, time: float) -> float:
-        """The busy time from now after which an arrival at ``time`` has happened (``arrived``):
-        what the fast path's windows sum step times up to."""
-        return time - self.now - ARRIVAL_SLACK_S
+    def arrived(self, tick: int) -> bool:
+        """Has an arrival at ``tick`` happened by now (at or before the clock)?"""
+        return tick <= self.ticks
 
-    def wait_until(self, time: float) -> None:
-        """Idle until ``time`` (an arrival), if it is later than now."""
-        if time > self.now:
-            self.now = time
+    def until(self, tick: int) -> int:
+        """The busy ticks from now after which an arrival at ``tick`` has happened
+        (``arrived``): what the fast path's windows sum step times up to."""
+        return tick - self.ticks
+
+    def wait_until(self, tick: int) -> None:
+        """Idle until ``tick`` (an arrival), if it is later than now."""
+        if tick > self.ticks:
+            self.ticks = tick
 
     def add(self, span: Span) -> None:
         """Account ``span`` (the clock is ``advance``'s: a caller may account a span's rounds

@@ -14,6 +14,8 @@ Per run:
     no requests): 0/0 has no value, and 100% would claim a perfect use of nothing;
     ``allocator_rounding`` as a fraction of C too (the part of the internal fragmentation a
     buddy allocator's rounding adds: the other accounting convention).
+The totals are integers (ticks; ticks x slots, ``clock.py``); an average is one true division
+of two ints (correctly rounded), so equal totals give the very same floats.
 """
 
 from __future__ import annotations
@@ -57,19 +59,20 @@ class StepRecord:
 @dataclass
 class StepTotals:
     """Running sums over iterations, enough for every per-run metric (written only by the
-    engine's ``Ledger``, a span of rounds at a time)."""
+    engine's ``Ledger``, a span of rounds at a time). Time in ticks (``clock.py``), the
+    integrals in ticks x slots (or blocks)."""
 
     iterations: int = 0
-    busy_time: float = 0.0
+    busy_time: int = 0
     max_running: int = 0
     sum_running: int = 0
     sum_batched_seqs: int = 0
     preemptions: int = 0
     swap_outs: int = 0
     swapped_blocks: int = 0
-    weighted: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
-    weighted_saved_blocks: float = 0.0  # time integral of blocks_saved_by_sharing
-    weighted_rounding: float = 0.0  # time integral of MemoryUsage.allocator_rounding
+    weighted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    weighted_saved_blocks: int = 0  # time integral of blocks_saved_by_sharing
+    weighted_rounding: int = 0  # time integral of MemoryUsage.allocator_rounding
 
 
 def _stats(values: npt.NDArray[np.float64]) -> dict[str, float] | None:
@@ -118,15 +121,13 @@ def summarize(
     e2e = finish - arrival
     several = outputs > 1
     tpot = (finish[several] - first[several]) / (outputs[several] - 1)
-    busy = totals.busy_time
-    shares = {
-        name: (totals.weighted[name] / busy / capacity if busy else 0.0) for name in CATEGORIES
-    }
+    whole = totals.busy_time * capacity  # the integral of C over the busy time
+    shares = {name: (totals.weighted[name] / whole if whole else 0.0) for name in CATEGORIES}
     allocated = shares["token_states"] + shares["reservation"] + shares["internal_fragmentation"]
     memory: dict[str, float | None] = dict(shares)
     memory["token_utilization"] = shares["token_states"] / allocated if allocated else None
     memory["pool_occupancy"] = allocated
-    memory["allocator_rounding"] = totals.weighted_rounding / busy / capacity if busy else 0.0
+    memory["allocator_rounding"] = totals.weighted_rounding / whole if whole else 0.0
     output_tokens = int(outputs.sum())
     return {
         "num_requests": len(requests),

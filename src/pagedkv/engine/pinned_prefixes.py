@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.cost_model import CostModel
 from pagedkv.engine.executor import SimExecutor
 from pagedkv.engine.ledger import Span
@@ -87,7 +88,12 @@ class PinnedSetup:
     num_prefixes: int
     blocks: int
     tokens: int
-    prefill_time: float
+    prefill_ticks: int  # the clock's (``clock.py``)
+
+    @property
+    def prefill_time(self) -> float:
+        """``prefill_ticks`` in seconds."""
+        return to_seconds(self.prefill_ticks)
 
 
 def register_workload_prefixes(kv: KVCacheManager, specs: Iterable[RequestSpec]) -> None:
@@ -106,18 +112,18 @@ def pinned_setup(kv: KVCacheManager, cost: CostModel) -> PinnedSetup:
         num_prefixes=len(prefixes),
         blocks=kv.num_pinned_blocks,
         tokens=sum(p.num_tokens for p in prefixes),
-        prefill_time=cost.step_time(shape) if prefixes else 0.0,
+        prefill_ticks=cost.step_ticks(shape) if prefixes else 0,
     )
 
 
 def account_prefill(engine: Engine, setup: PinnedSetup) -> None:
     """Start the clock after the prefixes' prefill: one busy iteration holding only the pins."""
-    if not setup.prefill_time:
+    if not setup.prefill_ticks:
         return
     kv = engine.scheduler.kv
     saved = kv.blocks_saved_by_sharing
-    engine.ledger.add(Span.of_round(setup.prefill_time, kv.usage(), 0, 0, saved))
-    engine.ledger.advance(setup.prefill_time)
+    engine.ledger.add(Span.of_round(setup.prefill_ticks, kv.usage(), 0, 0, saved))
+    engine.ledger.advance(setup.prefill_ticks)
 
 
 def pinned_summary(engine: Engine) -> dict[str, Any]:

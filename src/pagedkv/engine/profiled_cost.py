@@ -20,6 +20,10 @@ the profile is of one device.
 Over a window of decode rounds (T, S fixed, R growing by S a round) only decode(R) moves, and it
 stays on one line between measured points: the step time is piecewise linear in the round, and
 ``SegmentCurve`` sums it in closed form, one segment per measured point crossed.
+
+Prices are integer ticks (``clock.py``): every constant, and each curve's lines (value at 0 and
+slope, times its weight: the layers for per-layer curves), is quantised to ticks once, at
+construction, so a step's price is an exact integer and the window sums are exact series.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from bisect import bisect_right
 from itertools import groupby
 
 from pagedkv.engine.batch_shape import BatchShape
-from pagedkv.engine.cost_model import RooflineConfig
+from pagedkv.engine.clock import to_ticks
+from pagedkv.engine.cost_model import CostModel, RooflineConfig
 from pagedkv.engine.profile import Curve, Profile
 from pagedkv.engine.segments import SegmentCurve, segment_starts
 from pagedkv.errors import ConfigError
@@ -36,10 +41,31 @@ from pagedkv.models.gpus import GPUSpec
 from pagedkv.models.models import ModelSpec, check_tensor_parallel
 from pagedkv.validation import check_int
 
-_Term = tuple[Curve, int, int, float]  # a curve, its argument x0 + dx j, its weight
+
+class TickCurve:
+    """A profile ``Curve`` times a weight, in ticks: line i is ``a_i + b_i x`` with integer
+    a_i, b_i (each the float line's value at 0 and slope, weighted, quantised once), holding
+    where the curve's line i does (``Curve.segment``)."""
+
+    __slots__ = ("curve", "lines", "x")
+
+    def __init__(self, curve: Curve, weight: float) -> None:
+        self.curve, self.x = curve, curve.x
+        lines = [curve.line(i) for i in range(len(curve.x) - 1)]
+        self.lines = [(to_ticks(weight * a), to_ticks(weight * b)) for a, b in lines]
+
+    def segment(self, x: int) -> int:
+        return self.curve.segment(x)
+
+    def at(self, x: int) -> int:
+        a, b = self.lines[self.curve.segment(x)]
+        return a + b * x
 
 
-class ProfiledCost:
+_Term = tuple[TickCurve, int, int]  # a weighted curve and its argument x0 + dx j
+
+
+class ProfiledCost(CostModel):
     """Step and swap times from an operator profile, for one model at one block size."""
 
     def __init__(
@@ -74,56 +100,67 @@ class ProfiledCost:
             link = gpu.peer_bandwidth * cfg.interconnect_efficiency
             self._allreduce = (count * cfg.allreduce_latency_s, count * ring / link)
         # linear(T) + residual(T): one curve, the residual's points added (None: no residual)
-        self._linear = p.linear if p.layer_residual is None else _add(p.linear, p.layer_residual)
-        self._fixed: dict[int, float] = {}  # decode_curve's constant part, by batch size
-        ctx = self._decode.context
-        self._ctx_lines = [ctx.line(i) for i in range(len(ctx.x) - 1)]
+        linear = p.linear if p.layer_residual is None else _add(p.linear, p.layer_residual)
+        layers = self.layers
+        # The prices in ticks, each coefficient quantised once (the module docstring).
+        self._constant = to_ticks(p.per_iteration_s + self._allreduce[0])
+        self._per_sequence = to_ticks(p.per_sequence_s)
+        self._per_token = to_ticks(p.per_token_s + self._allreduce[1])
+        self._embedding = TickCurve(p.embedding, 1.0)
+        self._lm_head = TickCurve(p.lm_head, 1.0)
+        self._linear = TickCurve(linear, layers)  # linear(T) + residual(T), all layers
+        self._context = TickCurve(self._decode.context, layers)
+        self._decode_per_sequence = to_ticks(layers * self._decode.per_sequence_s)
+        a = self._prefill
+        self._prefill_ticks = (
+            to_ticks(layers * a.per_call_s),
+            to_ticks(layers * a.per_sequence_s),
+            to_ticks(layers * a.per_pair_s),
+            to_ticks(layers * a.per_read_token_s),
+        )
+        m = model.num_layers
+        self._swap_fixed = to_ticks(m * self._swap.fixed_s)
+        self._swap_per_block = to_ticks(m * self._swap.per_block_s / tp)
+        self._fixed: dict[int, int] = {}  # decode_curve's constant part, by batch size
+        self._ctx_lines = self._context.lines
         self._ctx_last = len(self._ctx_lines) - 1  # the line that goes on past the last point
 
     # ----- one step -----------------------------------------------------------------------------
-    def step_time(self, shape: BatchShape) -> float:
+    def step_ticks(self, shape: BatchShape) -> int:
         t, s, pairs, reads = (
             shape.num_tokens,
             shape.num_seqs,
             shape.attn_pairs,
             shape.kv_read_tokens,
         )
-        p = self.profile
         if t == s:
-            attention = self._decode.context.at(reads) + self._decode.per_sequence_s * s
+            attention = self._context.at(reads) + self._decode_per_sequence * s
         else:
-            a = self._prefill
-            attention = (
-                a.per_call_s
-                + a.per_sequence_s * s
-                + a.per_pair_s * pairs
-                + a.per_read_token_s * reads
-            )
+            call, per_seq, per_pair, per_read = self._prefill_ticks
+            attention = call + per_seq * s + per_pair * pairs + per_read * reads
         return (
-            p.per_iteration_s
-            + p.per_sequence_s * s
-            + p.per_token_s * t
-            + p.embedding.at(t)
-            + p.lm_head.at(s)
-            + self._allreduce[0]
-            + self._allreduce[1] * t
-            + self.layers * (self._linear.at(t) + attention)
+            self._constant
+            + self._per_sequence * s
+            + self._per_token * t
+            + self._embedding.at(t)
+            + self._lm_head.at(s)
+            + self._linear.at(t)
+            + attention
         )
 
-    def swap_time(self, num_blocks: int) -> float:
+    def swap_ticks(self, num_blocks: int) -> int:
         """L x (fixed + per_block x blocks / tp); nothing for no blocks."""
         m = check_int("num_blocks", num_blocks, 0)
         if m == 0:
-            return 0.0
-        tp = self.tensor_parallel_size
-        return self.model.num_layers * (self._swap.fixed_s + self._swap.per_block_s * m / tp)
+            return 0
+        return self._swap_fixed + self._swap_per_block * m
 
     # ----- windows ------------------------------------------------------------------------------
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[float, float]:
+    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
         check_int("k", k, 0)
         return self.curve(base, delta).sums(k)
 
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: float) -> int:
+    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
         return self.curve(base, delta).steps_to_reach(duration)
 
     def curve(self, base: BatchShape, delta: BatchShape) -> SegmentCurve:
@@ -135,25 +172,22 @@ class ProfiledCost:
             raise ConfigError(
                 "delta", delta, "must keep every step of the window decode-only or not"
             )
-        p, layers = self.profile, self.layers
-        ar0, ar1 = self._allreduce
-        c0 = p.per_iteration_s + p.per_sequence_s * s0 + p.per_token_s * t0 + ar0 + ar1 * t0
-        c1 = p.per_sequence_s * ds + p.per_token_s * dt + ar1 * dt
+        per_seq, per_tok = self._per_sequence, self._per_token
+        c0 = self._constant + per_seq * s0 + per_tok * t0
+        c1 = per_seq * ds + per_tok * dt
         terms: list[_Term] = [
-            (p.embedding, t0, dt, 1.0),
-            (p.lm_head, s0, ds, 1.0),
-            (self._linear, t0, dt, layers),
+            (self._embedding, t0, dt),
+            (self._lm_head, s0, ds),
+            (self._linear, t0, dt),
         ]
         if decode:
-            per_seq = self._decode.per_sequence_s * layers
+            per_seq = self._decode_per_sequence
             c0, c1 = c0 + per_seq * s0, c1 + per_seq * ds
-            terms.append((self._decode.context, r0, dr, layers))
+            terms.append((self._context, r0, dr))
         else:
-            a = self._prefill
-            c0 += layers * (
-                a.per_call_s + a.per_sequence_s * s0 + a.per_pair_s * p0 + a.per_read_token_s * r0
-            )
-            c1 += layers * (a.per_sequence_s * ds + a.per_pair_s * dp + a.per_read_token_s * dr)
+            call, seq, pair, read = self._prefill_ticks
+            c0 += call + seq * s0 + pair * p0 + read * r0
+            c1 += seq * ds + pair * dp + read * dr
         return _build(terms, c0, c1)
 
     def decode_curve(self, num_seqs: int, context: int) -> SegmentCurve:
@@ -161,34 +195,31 @@ class ProfiledCost:
         n = num_seqs
         fixed = self._fixed.get(n)
         if fixed is None:
-            p, layers = self.profile, self.layers
             fixed = self._fixed[n] = (
-                p.per_iteration_s
-                + (p.per_sequence_s + p.per_token_s) * n
-                + p.embedding.at(n)
-                + p.lm_head.at(n)
-                + self._allreduce[0]
-                + self._allreduce[1] * n
-                + layers * (self._linear.at(n) + self._decode.per_sequence_s * n)
+                self._constant
+                + (self._per_sequence + self._per_token + self._decode_per_sequence) * n
+                + self._embedding.at(n)
+                + self._lm_head.at(n)
+                + self._linear.at(n)
             )
         # The head line and the first breakpoint now; the other segments only if a sum
-        # reaches past it (the lines ``curve`` gives, in the same float operations).
-        r0, w = context + n, self.layers
-        xs = self._decode.context.x
+        # reaches past it (the lines ``curve`` gives: exact integers).
+        r0 = context + n
+        xs = self._context.x
         lines, last = self._ctx_lines, self._ctx_last
         s = bisect_right(xs, r0) - 1
         if s >= last:  # on the last line: one segment
             ga, gb = lines[last]
-            return SegmentCurve((fixed + w * (ga + gb * r0), w * (gb * n)), None)
+            return SegmentCurve((fixed + ga + gb * r0, gb * n), None)
         ga, gb = lines[s]
-        head = (fixed + w * (ga + gb * r0), w * (gb * n))
+        head = (fixed + ga + gb * r0, gb * n)
 
-        def rest() -> tuple[list[int], list[tuple[float, float]]]:
+        def rest() -> tuple[list[int], list[tuple[int, int]]]:
             starts, out = [0], [head]
             for i in range(s + 1, len(lines)):
                 j = -((r0 - xs[i]) // n)  # the first round whose context reaches xs[i]
                 a, b = lines[i]
-                line = (fixed + w * (a + b * r0), w * (b * n))
+                line = (fixed + a + b * r0, b * n)
                 if j == starts[-1]:  # two points crossed in one round: the later line holds
                     out[-1] = line
                 else:
@@ -215,26 +246,24 @@ def _kind_changes(gap: int, growth: int) -> bool:
     return gap * growth < 0 and gap % growth == 0
 
 
-def _build(terms: list[_Term], c0: float, c1: float) -> SegmentCurve:
-    """The curve of c0 + c1 j + sum of w x curve(x0 + dx j)."""
+def _build(terms: list[_Term], c0: int, c1: int) -> SegmentCurve:
+    """The curve of c0 + c1 j + sum of curve(x0 + dx j) (ticks)."""
     return SegmentCurve.of(*_segments(terms, c0, c1))
 
 
-def _segments(
-    terms: list[_Term], c0: float, c1: float
-) -> tuple[list[int], list[tuple[float, float]]]:
-    """The segments (starts, lines) of c0 + c1 j + sum of w x curve(x0 + dx j)."""
-    lines_of = [curve.segment(x0) for curve, x0, _, _ in terms]
+def _segments(terms: list[_Term], c0: int, c1: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """The segments (starts, lines) of c0 + c1 j + sum of curve(x0 + dx j)."""
+    lines_of = [curve.segment(x0) for curve, x0, _ in terms]
     events = []
-    for index, (curve, x0, dx, _) in enumerate(terms):
+    for index, (curve, x0, dx) in enumerate(terms):
         events += [(j, index, i) for j, i in segment_starts(x0, dx, curve.x, lines_of[index])]
 
-    def line() -> tuple[float, float]:
+    def line() -> tuple[int, int]:
         a, b = c0, c1
-        for (curve, x0, dx, w), i in zip(terms, lines_of, strict=True):
-            ga, gb = curve.line(i)
-            a += w * (ga + gb * x0)
-            b += w * (gb * dx)
+        for (curve, x0, dx), i in zip(terms, lines_of, strict=True):
+            ga, gb = curve.lines[i]
+            a += ga + gb * x0
+            b += gb * dx
         return a, b
 
     starts, lines = [0], [line()]

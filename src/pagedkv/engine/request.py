@@ -68,6 +68,9 @@ class Request:
     # that pick their parents after every token. None: independent samples (or one sequence).
     beam: BeamState | None = None
     priority: int = 0  # the vllm-v1 policy's priority scheduling: lower runs first
+    # The engine clock's view of arrival_time (``clock.to_ticks``, set by the engine): arrivals
+    # are compared with the clock in ticks, so a tie with a round's end is exact.
+    arrival_tick: int = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec) -> Request:

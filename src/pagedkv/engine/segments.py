@@ -9,7 +9,7 @@ the prefix sums at the segment starts are kept, so ``sums`` costs one bisection 
 It answers what the fast-forward asks of ``WindowCurve`` (``head``, ``split``, ``sums``,
 ``totals``, ``reach``, ``steps_to_reach``): ``head`` is the first segment's line and ``split`` the
 start of the second (None: one line), so callers that sum the head line alone up to ``split``
-stay exact.
+stay exact. Lines have integer coefficients (ticks, ``clock.py``): every sum is exact.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ class SegmentCurve:
     """
 
     __slots__ = ("_rest", "head", "lines", "moments_at", "split", "starts", "totals_at")
-    head: tuple[float, float]
+    head: tuple[int, int]
     split: int | None
 
     def __init__(
         self,
-        head: tuple[float, float],
+        head: tuple[int, int],
         split: int | None,
-        rest: Callable[[], tuple[list[int], list[tuple[float, float]]]] | None = None,
+        rest: Callable[[], tuple[list[int], list[tuple[int, int]]]] | None = None,
     ) -> None:
         if split is not None and (split < 1 or rest is None):
             raise ConfigError("split", split, "must be >= 1, with the rest of the segments")
@@ -45,7 +45,7 @@ class SegmentCurve:
         self.starts: list[int] = []  # filled by ``_segments``, when first needed
 
     @classmethod
-    def of(cls, starts: list[int], lines: list[tuple[float, float]]) -> SegmentCurve:
+    def of(cls, starts: list[int], lines: list[tuple[int, int]]) -> SegmentCurve:
         """From every segment at once."""
         if not starts or starts[0] != 0 or len(starts) != len(lines):
             raise ConfigError("starts", starts, "must start at 0, one line per segment")
@@ -60,7 +60,7 @@ class SegmentCurve:
         starts, lines = self._rest()
         if starts[0] != 0 or len(starts) != len(lines) or lines[0] != self.head:
             raise ConfigError("starts", starts, "must start at 0 on the head line")
-        totals, moments = [0.0], [0.0]  # sums of d_j and of j d_j for j < starts[s]
+        totals, moments = [0], [0]  # sums of d_j and of j d_j for j < starts[s]
         for s in range(1, len(starts)):
             if starts[s] <= starts[s - 1]:
                 raise ConfigError("starts", starts, "must increase")
@@ -70,10 +70,10 @@ class SegmentCurve:
             moments.append(moments[-1] + m)
         self.starts, self.lines, self.totals_at, self.moments_at = starts, lines, totals, moments
 
-    def sums(self, k: int) -> tuple[float, float]:
+    def sums(self, k: int) -> tuple[int, int]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
         if k <= 0:
-            return 0.0, 0.0
+            return 0, 0
         split = self.split
         if split is None or k <= split:
             a, b = self.head
@@ -86,10 +86,10 @@ class SegmentCurve:
         t, m = linear_window(a, b, self.starts[s], k)
         return self.totals_at[s] + t, self.moments_at[s] + m
 
-    def total(self, k: int) -> float:
+    def total(self, k: int) -> int:
         """sum of d_j over j in [0, k): the prefix sum at its segment's start plus one series."""
         if k <= 0:
-            return 0.0
+            return 0
         split = self.split
         if split is None or k <= split:
             a, b = self.head
@@ -99,19 +99,19 @@ class SegmentCurve:
         a, b = self.lines[s]
         return self.totals_at[s] + linear_window(a, b, self.starts[s], k)[0]
 
-    def totals(self, ks: list[int]) -> list[float]:
-        """``total(k)`` for each k of ``ks`` (the same floats; the cohort asks for one per
+    def totals(self, ks: list[int]) -> list[int]:
+        """``total(k)`` for each k of ``ks`` (the same integers; the cohort asks for one per
         block-allocation round of a window that crosses a breakpoint)."""
         split = self.split
         a, b = self.head
         if split is None:
-            return [k * a + b * (k * (k - 1) // 2) if k > 0 else 0.0 for k in ks]
+            return [k * a + b * (k * (k - 1) // 2) if k > 0 else 0 for k in ks]
         self._segments()
         starts, lines, before = self.starts, self.lines, self.totals_at
         out = []
         for k in ks:
             if k <= 0:
-                out.append(0.0)
+                out.append(0)
             elif k <= split:
                 out.append(k * a + b * (k * (k - 1) // 2))
             else:
@@ -122,14 +122,14 @@ class SegmentCurve:
                 out.append(before[i] + (n * a2 + b2 * s1))
         return out
 
-    def steps_to_reach(self, duration: float) -> int:
+    def steps_to_reach(self, duration: int) -> int:
         """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
         return self.reach(duration)[0]
 
-    def reach(self, duration: float) -> tuple[int, tuple[float, float]]:
+    def reach(self, duration: int) -> tuple[int, tuple[int, int]]:
         """``steps_to_reach(duration)`` and its ``sums``."""
         if check_duration(duration) <= 0:
-            return 0, (0.0, 0.0)
+            return 0, (0, 0)
         split = self.split
         a, b = self.head
         if split is None or split * a + b * (split * (split - 1) // 2) >= duration:
@@ -140,7 +140,7 @@ class SegmentCurve:
                 k += 1
             if split is None or k <= split:
                 return k, self.sums(k)
-            start, before = 0, 0.0  # rounding put it past the split: settle below
+            start, before = 0, 0  # rounding put it past the split: settle below
         else:
             self._segments()
             s = bisect_right(self.totals_at, duration) - 1  # last segment starting below it

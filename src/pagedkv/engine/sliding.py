@@ -4,7 +4,7 @@ A sliding-window layer of window W lets the token at position p attend to positi
 max(0, p - W + 1) .. p: min(p + 1, W) of them. Per sequence with n new tokens after c cached
 ones, such a layer computes sum_{q=c+1}^{c+n} min(q, W) attention pairs and reads the
 min(c + n, n + W - 1) positions any of them attends to (``windowed_shape``); full layers see
-``BatchShape.from_chunks``'s counts. The roofline's ``windowed_step_time`` prices both.
+``BatchShape.from_chunks``'s counts. The roofline's ``windowed_step_ticks`` prices both.
 
 These clipped counts are not linear in the round number once a sequence outgrows its window,
 which the closed-form fast-forward needs, so a run whose sequences can outgrow the window
@@ -63,10 +63,10 @@ class WindowedExecutor(SimExecutor):
         chunks = [
             (c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks for _ in c.request.seq_ids
         ]
-        duration = self.roofline.windowed_step_time(
+        ticks = self.roofline.windowed_step_ticks(
             BatchShape.from_chunks(chunks), windowed_shape(chunks, self.window)
         )
         swapped = len(batch.swap_out) + len(batch.swap_in)
         if swapped:
-            duration += self.roofline.swap_time(swapped)
-        return StepResult(duration)
+            ticks += self.roofline.swap_ticks(swapped)
+        return StepResult(ticks)

@@ -5,6 +5,9 @@ in the step index i; the step time is the max of two such lines plus a third. ``
 and ``max_linear_window`` sum these in O(1), ``search_steps`` finds when a duration is used up in
 O(log k) sums, and ``WindowCurve`` keeps one window's lines for the fast-forward's many prefix
 sums. Pure arithmetic, kept apart from the cost models (``cost_model.py``) that build the lines.
+
+Step times are integer ticks (``clock.py``) and every line has integer coefficients, so every
+sum here is an exact integer series: the same integers as adding the steps one by one.
 """
 
 from __future__ import annotations
@@ -21,27 +24,23 @@ class StepCurve(Protocol):
     profiled model's ``SegmentCurve``): ``head`` is the line d_j = head[0] + head[1] j that
     holds for j < ``split`` (None: for every j)."""
 
-    head: tuple[float, float]
+    head: tuple[int, int]
     split: int | None
 
-    def sums(self, k: int) -> tuple[float, float]: ...
-    def totals(self, ks: list[int]) -> list[float]: ...
-    def steps_to_reach(self, duration: float) -> int: ...
-    def reach(self, duration: float) -> tuple[int, tuple[float, float]]: ...
+    def sums(self, k: int) -> tuple[int, int]: ...
+    def totals(self, ks: list[int]) -> list[int]: ...
+    def steps_to_reach(self, duration: int) -> int: ...
+    def reach(self, duration: int) -> tuple[int, tuple[int, int]]: ...
 
 
-def check_duration(duration: float) -> float:
-    """``duration`` as a float; ConfigError unless it is a finite number."""
-    if type(duration) is float and -math.inf < duration < math.inf:  # the usual case, at once
+def check_duration(duration: int) -> int:
+    """``duration`` (ticks); ConfigError unless it is an integer."""
+    if type(duration) is int:  # the usual case, at once
         return duration
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-        raise ConfigError("duration", duration, "must be a finite number")
-    if not math.isfinite(duration):
-        raise ConfigError("duration", duration, "must be a finite number")
-    return float(duration)
+    raise ConfigError("duration", duration, "must be an integer number of ticks")
 
 
-def search_steps(total: Callable[[int], float], duration: float) -> int:
+def search_steps(total: Callable[[int], int], duration: int) -> int:
     """Smallest k >= 0 with total(k) >= duration, for a nondecreasing total with total(0) = 0.
 
     Exponential search for an upper bound, then bisection: O(log k) calls of ``total``.
@@ -66,22 +65,20 @@ def _power_sums(lo: int, hi: int) -> tuple[int, int, int]:
     return hi - lo, s1, s2
 
 
-def linear_window(a: float, b: float, lo: int, hi: int) -> tuple[float, float]:
+def linear_window(a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
     """(sum of a + b*i, sum of i * (a + b*i)) over i in [lo, hi)."""
     n, s1, s2 = _power_sums(lo, hi)
     return n * a + b * s1, a * s1 + b * s2
 
 
-def max_linear_window(
-    f: tuple[float, float], g: tuple[float, float], k: int
-) -> tuple[float, float]:
+def max_linear_window(f: tuple[int, int], g: tuple[int, int], k: int) -> tuple[int, int]:
     """The window sums of max(f0 + f1*i, g0 + g1*i) over i in [0, k).
 
     The difference of two linear functions changes sign at most once, so the range splits into
     at most two pieces, each a linear window.
     """
     if k <= 0:
-        return 0.0, 0.0
+        return 0, 0
     d0, d1 = f[0] - g[0], f[1] - g[1]
 
     def f_wins(i: int) -> bool:
@@ -104,25 +101,23 @@ def max_linear_window(
 
 class WindowCurve:
     """Step times d_j = max(f0 + f1*j, g0 + g1*j) + e0 + e1*j of one window (j = 0, 1, ...),
-    with the lines worked out once so that many prefix sums cost a few float operations each.
+    with the lines worked out once so that many prefix sums cost a few integer operations each.
 
     The two lines of the max cross at most once: up to ``split`` the first winner plus e is one
     line ``head``, from ``split`` on the other plus e is ``tail``.
     """
 
     __slots__ = ("head", "split", "tail")
-    head: tuple[float, float]
-    tail: tuple[float, float]
+    head: tuple[int, int]
+    tail: tuple[int, int]
     split: int | None
 
-    def __init__(
-        self, f: tuple[float, float], g: tuple[float, float], e: tuple[float, float]
-    ) -> None:
+    def __init__(self, f: tuple[int, int], g: tuple[int, int], e: tuple[int, int]) -> None:
         curve = WindowCurve.of(f[0], f[1], g[0], g[1], e[0], e[1])
         self.head, self.tail, self.split = curve.head, curve.tail, curve.split
 
     @classmethod
-    def of(cls, f0: float, f1: float, g0: float, g1: float, e0: float, e1: float) -> WindowCurve:
+    def of(cls, f0: int, f1: int, g0: int, g1: int, e0: int, e1: int) -> WindowCurve:
         """``WindowCurve((f0, f1), (g0, g1), (e0, e1))`` without the tuples (the decode
         cohort builds one per window)."""
         curve = object.__new__(cls)
@@ -145,10 +140,10 @@ class WindowCurve:
         curve.split = split
         return curve
 
-    def sums(self, k: int) -> tuple[float, float]:
+    def sums(self, k: int) -> tuple[int, int]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
         if k <= 0:
-            return 0.0, 0.0
+            return 0, 0
         split = self.split
         if split is None or k <= split:  # linear_window(a, b, 0, k), inlined: the hot case
             a, b = self.head
@@ -159,22 +154,22 @@ class WindowCurve:
         tail = linear_window(self.tail[0], self.tail[1], split, k)
         return head[0] + tail[0], head[1] + tail[1]
 
-    def totals(self, ks: list[int]) -> list[float]:
-        """sum_{j<k} d_j for each k of ``ks``: ``sums(k)[0]`` (the same floats), without a
+    def totals(self, ks: list[int]) -> list[int]:
+        """sum_{j<k} d_j for each k of ``ks``: ``sums(k)[0]`` (the same integers), without a
         call per k (the fast-forward asks for one per block-allocation round of a window)."""
         a, b = self.head
         split = self.split
         out = []
         for k in ks:
             if k <= 0:
-                out.append(0.0)
+                out.append(0)
             elif split is None or k <= split:
                 out.append(k * a + b * (k * (k - 1) // 2))
             else:
                 out.append(self.sums(k)[0])
         return out
 
-    def steps_to_reach(self, duration: float) -> int:
+    def steps_to_reach(self, duration: int) -> int:
         """Smallest k >= 0 with sum_{j<k} d_j >= duration.
 
         The sum is a quadratic in k on each of the (at most two) pieces: solve it, then settle
@@ -182,10 +177,10 @@ class WindowCurve:
         """
         return self.reach(duration)[0]
 
-    def reach(self, duration: float) -> tuple[int, tuple[float, float]]:
+    def reach(self, duration: int) -> tuple[int, tuple[int, int]]:
         """``steps_to_reach(duration)`` and its ``sums`` (the fast-forward needs both)."""
         if check_duration(duration) <= 0:
-            return 0, (0.0, 0.0)
+            return 0, (0, 0)
         a, b = self.head
         k = _solve(a, b, duration)
         split = self.split
@@ -209,19 +204,21 @@ class WindowCurve:
         return k, got
 
 
-def _solve(a: float, b: float, duration: float) -> int:
+def _solve(a: int, b: int, duration: int) -> int:
     """An estimate of the smallest k with sum_{j<k} (a + b j) = a k + b k (k-1) / 2 >= duration
     for a step time a > 0 growing by b >= 0 a step; the caller settles it with exact sums.
 
     The root of b/2 k^2 + p k - duration (p = a - b/2), written 2 duration / (p + sqrt(...))
-    so that nothing cancels when b is tiny (b = 0 gives duration / a)."""
+    so that nothing cancels when b is tiny (b = 0 gives duration / a). Floating point: only
+    an estimate."""
     if duration <= 0:
         return 0
-    p = a - b / 2
-    denom = p + math.sqrt(max(p * p + 2 * b * duration, 0.0))
+    fa, fb, fd = float(a), float(b), float(duration)  # (float arithmetic on big ints is slow)
+    p = fa - fb / 2
+    denom = p + math.sqrt(max(p * p + 2 * fb * fd, 0.0))
     if denom <= 0:
         raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
-    return max(1, math.ceil(2 * duration / denom))
+    return max(1, math.ceil(2 * fd / denom))
 
 
 def add_new_blocks(

@@ -144,7 +144,7 @@ class TorchExecutor:
                 }
             self.num_tokens += int(inp.token_ids.numel())
         self.num_steps += 1
-        return StepResult(self.clock() - start, sampled, frozenset(stopped))
+        return StepResult.measured(self.clock() - start, sampled, frozenset(stopped))
 
     def draw_seed(self, req: Request, seq_id: object) -> int:
         """The seed of ``seq_id``'s next draw: its request's seed, its index in the group, the

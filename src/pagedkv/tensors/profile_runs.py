@@ -5,7 +5,6 @@ executor wrapper that records every step, the calibration runs, and a roofline o
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -54,9 +53,16 @@ class Repeated:
         result: StepResult = self.inner.execute(batch)
         if self.repeats == 1 or batch.swap_in or batch.swap_out or batch.copies:
             return result
-        times = [result.duration]
-        times += [self.inner.execute(batch).duration for _ in range(self.repeats - 1)]
-        return dataclasses.replace(result, duration=statistics.median(times))
+        times = [result.ticks]
+        times += [self.inner.execute(batch).ticks for _ in range(self.repeats - 1)]
+        return dataclasses.replace(result, ticks=median_ticks(times))
+
+
+def median_ticks(ticks: list[int]) -> int:
+    """The median of ``ticks``, to the tick (of an even count: the middle two's mean, down)."""
+    s = sorted(ticks)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) // 2
 
 
 def workload(
