@@ -59,17 +59,16 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
-    per-token times are asked for (a cohort never visits a member between its join and its
-    finish). Requests may wait or be swapped: the policy's ``plan_round`` says at each event
-    what the next round does with them."""
+    keyed on token ids, no groups, and no per-token times are asked for (a cohort never
+    visits a member between its join and its finish). Requests may wait or be swapped: the
+    policy's ``plan_round`` says at each event what the next round does with them; a
+    follow-up released by a finish is one more arrival to come (``Engine.next_arrival``)."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_groups
         and not sched.has_token_ids
-        and not engine.followups
         and kv.all_blocks_private
         and engine.token_times is None
     )
@@ -174,13 +173,16 @@ class Cohort:
         sched = eng.scheduler
         plan_round = sched.plan_round
         growth_victim = sched.growth_victim
-        arrival = eng.next_arrival  # changes only when arrivals are handed over
+        arrival = eng.next_arrival  # changes only when arrivals are handed over, or
+        chat = bool(eng.followups)  # when a finish releases follow-ups (chat turns)
         preempted = False  # victims just left: the round they made room for runs next
         swap_cost = 0.0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
         while True:
+            if chat:  # (any finish since may have released one)
+                arrival = eng.next_arrival
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
