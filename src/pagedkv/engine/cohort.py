@@ -1,10 +1,11 @@
 """The decode cohort: the event loop over lazy decoding requests, the scheduler asked at events.
 
-While memory is *plain* (paged, every used block held by one sequence, no groups, no token ids,
-no follow-ups), a run is decode rounds between events: finishes, arrivals, and the round whose
-new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
+While memory is *plain* (paged, every used block held by one sequence, no groups, no token
+ids), a run is decode rounds between events: finishes, arrivals (follow-ups a finish released
+among them), and the round whose new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
 each *member* keeps the counters it had when it joined (round ``join``) and is brought up to
-date only when it finishes, is preempted, or the cohort ends; its memory grows in the books
+date only when it finishes, is preempted, or the cohort ends (its per-token times too, if
+asked for: the ends of the rounds it ran, kept as runs of rounds); its memory grows in the books
 (``KVCacheManager.grow``: exact free blocks and categories at every round, block ids chosen
 when read)::
 
@@ -37,6 +38,7 @@ others. The cohort's rounds are summed apart and added to the ledger once, at it
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.engine.batch_shape import BatchShape
@@ -50,6 +52,7 @@ from pagedkv.memory.usage import MemoryUsage, categories
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
+    from pagedkv.engine.windows import StepCurve
 
 
 _SWAPPED = RequestStatus.SWAPPED
@@ -59,8 +62,7 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, and no per-token times are asked for (a cohort never
-    visits a member between its join and its finish). Requests may wait or be swapped: the
+    keyed on token ids, and no groups. Requests may wait or be swapped: the
     policy's ``plan_round`` says at each event what the next round does with them; a
     follow-up released by a finish is one more arrival to come (``Engine.next_arrival``)."""
     sched = engine.scheduler
@@ -70,7 +72,6 @@ def plain(engine: Engine) -> bool:
         and not sched.has_groups
         and not sched.has_token_ids
         and kv.all_blocks_private
-        and engine.token_times is None
     )
 
 
@@ -129,6 +130,13 @@ class Cohort:
         self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0.0
         self.wait_time = self.wait_alloc = 0.0
+        # Per-token times (``Engine(token_times=True)``): a member's tokens are sampled at the
+        # ends of the decode rounds it ran, written when it is brought up to date. Every
+        # decode round's end, as runs: from round firsts[i] + 1 on, rounds end at
+        # ends[i] = (start, curve) at start + curve's totals, or (end, None) for one round.
+        self.times = engine.token_times
+        self.firsts: list[int] = []
+        self.ends: list[tuple[float, StepCurve | None]] = []
 
     @property
     def rounds(self) -> int:
@@ -297,6 +305,8 @@ class Cohort:
                     self.max_running = n
                 self.seq_rounds += n * k
                 self.done = a + k
+                if self.times is not None:
+                    self._ran(a, ledger.now + total if k == 1 else ledger.now, curve, k)
                 advance_clock(total)
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
@@ -341,6 +351,8 @@ class Cohort:
             if members.get(req) is not member:
                 continue  # preempted since
             join, tokens, outputs, left = members.pop(req)
+            if self.times is not None:
+                self._stamp(req, join, outputs, left)
             req.num_computed_tokens = tokens + left
             req.num_output_tokens = outputs + left
             self.sum_join -= join
@@ -366,6 +378,8 @@ class Cohort:
             else:
                 join, tokens, outputs, _ = member
                 lag = self.done - join
+                if self.times is not None:
+                    self._stamp(victim, join, outputs, lag)
                 victim.num_computed_tokens = tokens + lag
                 victim.num_output_tokens = outputs + lag
                 self.sum_join -= join
@@ -402,6 +416,8 @@ class Cohort:
             self.max_running = n + m
         self._account(duration, len(eng.scheduler.running))
         eng.apply(out, duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.now, None, 1)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:
             self._join(joined)
@@ -443,6 +459,8 @@ class Cohort:
         self.admitted_seqs += n + len(chunks)
         self._account(duration, running)
         eng.apply(out, duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.now, None, 1)
         joined: list[Request] = []
         rest: list[Request] = []
         for req in dict.fromkeys([*self.prefilling, *[c.request for c in chunks]]):
@@ -521,6 +539,35 @@ class Cohort:
             duration = self.prices[pairs] = self.cost.step_time(BatchShape.from_chunks(pairs))
         return duration
 
+    # ----- per-token times ----------------------------------------------------------------
+    def _ran(self, a: int, time: float, curve: StepCurve | None, k: int) -> None:
+        """Decode rounds a+1 .. a+k ran: one round ending at ``time``, or k from ``time`` on
+        with step times ``curve``'s."""
+        self.firsts.append(a)
+        self.ends.append((time, None if k == 1 else curve))
+
+    def _stamp(self, req: Request, join: int, outputs: int, lag: int) -> None:
+        """``req`` sampled its tokens ``outputs`` + 1 .. ``outputs`` + ``lag`` at the ends of
+        rounds join+1 .. join+lag (``Engine._stamp``'s rule, for tokens after the first: each
+        replaces any time an earlier run of it left there)."""
+        assert self.times is not None
+        times = self.times.setdefault(req.request_id, [])
+        del times[outputs:]
+        firsts, ends, done = self.firsts, self.ends, self.done
+        i = bisect_right(firsts, join) - 1  # the run of round join + 1
+        r, last = join, join + lag
+        while r < last:
+            time, curve = ends[i]
+            if curve is None:
+                times.append(time)
+                r += 1
+            else:
+                a = firsts[i]
+                upto = min(firsts[i + 1] if i + 1 < len(firsts) else done, last)
+                times += [time + t for t in curve.totals(list(range(r - a + 1, upto - a + 1)))]
+                r = upto
+            i += 1
+
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
         """Add the cohort's rounds to the engine's totals: one span."""
@@ -548,6 +595,8 @@ class Cohort:
         d = self.done
         for req, m in self.members.items():
             lag = d - m.join
+            if lag and self.times is not None:
+                self._stamp(req, m.join, m.outputs, lag)
             if lag:
                 req.num_computed_tokens = m.tokens + lag
                 req.num_output_tokens = m.outputs + lag
