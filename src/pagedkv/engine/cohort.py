@@ -2,12 +2,12 @@
 
 While memory is *plain* (paged, every used block held by one sequence, no groups, no token
 ids), a run is decode rounds between events: finishes, arrivals (follow-ups a finish released
-among them), and the round whose new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
-each *member* keeps the counters it had when it joined (round ``join``) and is brought up to
-date only when it finishes, is preempted, or the cohort ends (its per-token times too, if
-asked for: the ends of the rounds it ran, kept as runs of rounds); its memory grows in the books
-(``KVCacheManager.grow``: exact free blocks and categories at every round, block ids chosen
-when read)::
+among them), and the round whose new blocks do not fit. The cohort runs it without touching
+the decoding requests one by one: each *member* keeps the counters it had when it joined
+(round ``join``) and is brought up to date only when it finishes, is preempted, or the cohort
+ends (its per-token times too, if asked for: the ends of the rounds it ran, kept as runs of
+rounds); its memory grows in the books (``KVCacheManager.grow``: exact free blocks and
+categories at every round, block ids chosen when read)::
 
     decode round:   join ........ d (now) ............ join + left (its finish)
     member:         tokens t      t + (d - join)       t + left   (lazy: computed on demand)
