@@ -37,12 +37,8 @@ def chats(draw: st.DrawFn) -> list[RequestSpec]:
         prompt = draw(st.integers(1, 100))
         output = draw(st.one_of(st.just(1), st.integers(1, 250 - prompt)))
         parent = draw(st.one_of(st.none(), st.integers(0, i - 1))) if i else None
-        think = draw(st.sampled_from([0.0, 0.0, 0.001, 0.05, 1.5]))
-        out.append(
-            RequestSpec(
-                i, prompt, output, t, parent_id=parent, think_time=think if parent is not None else 0
-            )
-        )
+        think = draw(st.sampled_from([0.0, 0.0, 0.001, 0.05, 1.5])) if parent is not None else 0
+        out.append(RequestSpec(i, prompt, output, t, parent_id=parent, think_time=think))
     return out
 
 
@@ -94,9 +90,7 @@ def test_a_conversation_runs_in_one_cohort() -> None:
             rid = 5 * s + t
             parent = rid - 1 if t else None
             workload.append(
-                RequestSpec(
-                    rid, 20 + 7 * t, 30 + 11 * s, 0.0, parent_id=parent, think_time=0.4 * t
-                )
+                RequestSpec(rid, 20 + 7 * t, 30 + 11 * s, 0.0, parent_id=parent, think_time=0.4 * t)
             )
     kw: dict[str, Any] = {"num_gpu_blocks": 200, "max_model_len": 512}
     engine = make_engine("vllm", workload, cost=ROOFLINE, **kw)
