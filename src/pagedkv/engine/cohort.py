@@ -61,17 +61,19 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 
 def plain(engine: Engine) -> bool:
-    """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, and no groups. Requests may wait or be swapped: the
-    policy's ``plan_round`` says at each event what the next round does with them; a
-    follow-up released by a finish is one more arrival to come (``Engine.next_arrival``)."""
+    """May a cohort run? Paged memory, nothing keyed on token ids, no beams (they fork and
+    free every round). Requests may wait or be swapped: the policy's ``plan_round`` says at
+    each event what the next round does with them; a follow-up released by a finish is one
+    more arrival to come (``Engine.next_arrival``). Blocks may be shared by parallel samples
+    (their prompt's), not with a pinned prefix: growth takes private blocks only, and a
+    finish frees what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
-        and not sched.has_groups
+        and not sched.has_beams
         and not sched.has_token_ids
-        and kv.all_blocks_private
+        and (kv.all_blocks_private or not kv.num_pinned_blocks)
     )
 
 
@@ -113,9 +115,15 @@ class Cohort:
         self.finishes: list[tuple[int, float, int, Request, Member]] = []
         self.sum_join = 0
         self.sum_tokens = 0
-        # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
-        # pinned prefixes, if any, stay as they are).
+        # Parallel samples: a member of s > 1 sequences (each decodes, each grows) counts s
+        # times in the sums above; ``extra`` is the sequences beyond one per member.
+        self.seqs: dict[Request, int] = {}
+        self.extra = 0
+        # Blocks saved by sharing: constant between events (growth's blocks are private);
+        # with groups it moves at their events, integrated piecewise (``_resaved``).
         self.saved = kv.blocks_saved_by_sharing
+        self.saved_time = self.saved_at = 0.0
+        self.unforked = False  # a group joined before forking: its fork round is schedule's
         self.windows = 0
         # Running requests that are not members (chunked prefill: prompts in chunks), in
         # running order; their counters are current. None has one prompt token left.
@@ -154,6 +162,8 @@ class Cohort:
         if not plain(eng):
             return False
         decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
+        if sched.has_groups and any(len(r.seq_ids) < r.n for r in decoding):
+            return False  # its next round forks it (and copies its shared last block)
         if len(decoding) < len(sched.running):  # chunked prefill: some still prefill
             if not sched.config.enable_chunked_prefill:
                 return False
@@ -191,6 +201,10 @@ class Cohort:
         while True:
             if chat:  # (any finish since may have released one)
                 arrival = eng.next_arrival
+            if sched.has_groups:
+                if self.unforked:
+                    return
+                self._resaved()
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
@@ -200,7 +214,7 @@ class Cohort:
                     replan = True
                     # Of ``plain``, an arrival can change only these two (``add_request``
                     # sets them); without token ids an admission shares no block.
-                    if sched.has_groups or sched.has_token_ids:
+                    if sched.has_beams or sched.has_token_ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 if plan is not None or ((waiting or self.prefilling) and replan):
@@ -248,7 +262,8 @@ class Cohort:
                     return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
-            n, a = len(members), self.done
+            r, a = len(members), self.done  # members (requests), the round
+            n = r + self.extra  # sequences: each decodes
             one = preempted or resume  # a round of its own
             k = 1 if one else finishes[0][0] - a  # to the next finish (>= 1)
             context = self.sum_tokens + n * a - self.sum_join
@@ -269,8 +284,8 @@ class Cohort:
             elif resume:
                 resume = False
                 out = SchedulerOutput()
-                sched.resume(out)
-                if out.chunks:  # this round is theirs too: priced and accounted whole
+                sched.resume(out, members.keys())
+                if out.swap_in:  # this round is theirs too: priced and accounted whole
                     self._resumed(out, n, context)
                     if finishes and finishes[0][0] == self.done:
                         self._finish()
@@ -301,9 +316,9 @@ class Cohort:
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
-                if n > self.max_running:
-                    self.max_running = n
-                self.seq_rounds += n * k
+                if r > self.max_running:
+                    self.max_running = r
+                self.seq_rounds += r * k
                 self.done = a + k
                 if self.times is not None:
                     self._ran(a, ledger.now + total if k == 1 else ledger.now, curve, k)
@@ -330,6 +345,9 @@ class Cohort:
         d = self.done
         members, finishes = self.members, self.finishes
         push = heapq.heappush
+        grouped = self.engine.scheduler.has_groups
+        if grouped:
+            reqs = self._forked(reqs)
         for req in reqs:
             outputs = req.num_output_tokens
             left = req.output_len - outputs
@@ -338,7 +356,17 @@ class Cohort:
             push(finishes, (d + left, req.arrival_time, req.request_id, req, member))
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
-        self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
+        if grouped:
+            self.kv.grow([s for req in reqs for s in req.seq_ids])
+            for req in reqs:
+                more = len(req.seq_ids) - 1
+                if more:
+                    self.seqs[req] = more
+                    self.extra += more
+                    self.sum_join += d * more
+                    self.sum_tokens += req.num_computed_tokens * more
+        else:
+            self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
@@ -357,6 +385,8 @@ class Cohort:
             req.num_output_tokens = outputs + left
             self.sum_join -= join
             self.sum_tokens -= tokens
+            if self.seqs:
+                self._left(req, join, tokens)
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
@@ -384,6 +414,8 @@ class Cohort:
                 victim.num_output_tokens = outputs + lag
                 self.sum_join -= join
                 self.sum_tokens -= tokens
+                if self.seqs:
+                    self._left(victim, join, tokens)
             sched.preempt(victim, out)  # (its blocks freed, growth's included)
             if kv.rounds_that_fit() != 0 or not members:
                 break
@@ -406,14 +438,19 @@ class Cohort:
         eng = self.engine
         chunks = out.chunks
         m = len(chunks)
-        cached = sum(c.num_cached_tokens for c in chunks)
-        duration = self.cost.decode_curve(n + m, context + cached).sums(1)[0]
-        duration += self.cost.swap_time(len(out.swap_in))
+        seqs = sum([len(c.request.seq_ids) for c in chunks])  # (a group: each of its samples)
+        cached = sum([c.num_cached_tokens * len(c.request.seq_ids) for c in chunks])
+        duration = self.cost.decode_curve(n + seqs, context + cached).sums(1)[0]
+        duration += self.cost.swap_time(len(out.swap_in) + len(out.swap_out))
+        if out.preempted:  # (a group that went straight back out: its fork needs more)
+            swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+            self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
         self.done += 1  # the members' round
         self.windows += 1
-        self.seq_rounds += n + m
-        if n + m > self.max_running:
-            self.max_running = n + m
+        r = len(self.members)
+        self.seq_rounds += r + m
+        if r + m > self.max_running:
+            self.max_running = r + m
         self._account(duration, len(eng.scheduler.running))
         eng.apply(out, duration)
         if self.times is not None:
@@ -432,13 +469,15 @@ class Cohort:
         None if the round leaves a request the cohort cannot take on (a prompt's last token
         alone, a request resumed without a chunk): the cohort must end."""
         eng, sched, members = self.engine, self.engine.scheduler, self.members
-        n = len(members)
+        n = len(members) + self.extra  # their sequences
         context = self.sum_tokens + n * self.done - self.sum_join  # the members' tokens
         out = SchedulerOutput()
         sched.fill(out, self.prefilling, members.keys(), preempted)
         chunks = out.chunks
         assert n or chunks, "a round after preemptions runs someone (the oldest fits alone)"
-        part = BatchShape.from_chunks([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
+        part = BatchShape.from_chunks(
+            [(c.num_new_tokens, c.num_cached_tokens) for c in chunks for _ in c.request.seq_ids]
+        )
         shape = BatchShape(
             n + part.num_tokens,
             n + part.num_seqs,
@@ -456,7 +495,7 @@ class Cohort:
         self.windows += 1
         running = len(sched.running)
         self.admitted_running += running
-        self.admitted_seqs += n + len(chunks)
+        self.admitted_seqs += len(members) + len(chunks)
         self._account(duration, running)
         eng.apply(out, duration)
         if self.times is not None:
@@ -489,6 +528,8 @@ class Cohort:
             self._check()
         if running > self.max_running:
             self.max_running = running
+        if sched.has_groups:  # (the round's forks, swaps and copies made)
+            self._resaved()
         self.time += duration
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
@@ -539,6 +580,34 @@ class Cohort:
             duration = self.prices[pairs] = self.cost.step_time(BatchShape.from_chunks(pairs))
         return duration
 
+    # ----- parallel samples ----------------------------------------------------------------
+    def _forked(self, reqs: list[Request]) -> list[Request]:
+        """Those of ``reqs`` that may join: one sequence, or a group forked (its samples'
+        last blocks their own since the fork round's copy-on-write). A group that sampled
+        its first token but has not forked yet forks in its next round, which ``schedule``
+        runs: it stays out, and the cohort ends at the next event (``unforked``)."""
+        ready = [r for r in reqs if len(r.seq_ids) == r.n]
+        if len(ready) < len(reqs):
+            self.unforked = True
+        return ready
+
+    def _left(self, req: Request, join: int, tokens: int) -> None:
+        """A member that finished or was preempted takes its samples' sums with it."""
+        more = self.seqs.pop(req, 0)
+        if more:
+            self.extra -= more
+            self.sum_join -= join * more
+            self.sum_tokens -= tokens * more
+
+    def _resaved(self) -> None:
+        """Blocks saved by sharing may have moved (a group forked, swapped, finished): the
+        time integral so far at the old count, the new count from now on."""
+        saved = self.kv.blocks_saved_by_sharing
+        if saved != self.saved:
+            self.saved_time += self.saved * (self.time - self.saved_at)
+            self.saved_at = self.time
+            self.saved = saved
+
     # ----- per-token times ----------------------------------------------------------------
     def _ran(self, a: int, time: float, curve: StepCurve | None, k: int) -> None:
         """Decode rounds a+1 .. a+k ran: one round ending at ``time``, or k from ``time`` on
@@ -585,7 +654,7 @@ class Cohort:
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
             weighted,
-            self.saved * self.time,
+            self.saved_time + self.saved * (self.time - self.saved_at),
         )
         self.engine.ledger.add(span)
 
@@ -601,6 +670,8 @@ class Cohort:
                 req.num_computed_tokens = m.tokens + lag
                 req.num_output_tokens = m.outputs + lag
         self.members.clear()
+        self.seqs.clear()
+        self.extra = 0
         if self.engine.check_integrity:
             self.kv.check_integrity()
 
@@ -608,6 +679,7 @@ class Cohort:
         """The books hold, and every member's memory grows in them (the engine's integrity
         hook, at every event: tests)."""
         self.kv.check_integrity()
-        lost = [r.request_id for r in self.members if not self.kv.is_growing(r.seq_ids[0])]
+        growing = self.kv.is_growing
+        lost = [r.request_id for r in self.members if not all(map(growing, r.seq_ids))]
         if lost:
             raise IntegrityError(f"members whose memory no longer grows: {lost[:10]}")

@@ -1,0 +1,119 @@
+"""The decode cohort with parallel samples: a forked group's samples are members' sequences."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+from pagedkv.engine import cohort
+from pagedkv.engine.request import Request
+from pagedkv.workloads.spec import RequestSpec
+from tests.engine.test_cohort_queue import PAGED
+from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
+from tests.engine.user_policies import USER_POLICIES, registered
+from tests.factories import make_engine
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _user_policies() -> Iterator[None]:
+    with registered(*USER_POLICIES):
+        yield
+
+
+@st.composite
+def samples(draw: st.DrawFn) -> list[RequestSpec]:
+    """Requests of 1, 2 or 4 parallel samples arriving together or apart, some done by their
+    prefill, some chat follow-ups."""
+    n = draw(st.integers(1, 16))
+    t = 0.0
+    out = []
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 0.01, 0.3, 2.0]))
+        prompt = draw(st.integers(1, 80))
+        output = draw(st.one_of(st.just(1), st.integers(1, 200 - prompt)))
+        parent = draw(st.one_of(st.none(), st.none(), st.integers(0, i - 1))) if i else None
+        think = 0.0 if parent is None else draw(st.sampled_from([0.0, 0.05]))
+        k = draw(st.sampled_from([1, 2, 2, 4]))
+        out.append(RequestSpec(i, prompt, output, t, parent_id=parent, think_time=think, n=k))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    workload=samples(),
+    scheduler=st.sampled_from(PAGED),
+    block_size=st.sampled_from([1, 16, 5]),
+    blocks_tokens=st.integers(400, 2000),
+    mode=st.sampled_from(["recompute", "swap"]),
+    group_mode=st.sampled_from(["recompute", "swap"]),
+    chunked=st.booleans(),
+    token_times=st.booleans(),
+)
+def test_cohorts_with_parallel_samples_equal_the_reference(
+    workload: list[RequestSpec],
+    scheduler: str,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    group_mode: str,
+    chunked: bool,
+    token_times: bool,
+) -> None:
+    """Groups forking, decoding n sequences, preempted whole (swapped, or restarted from the
+    prompt), resumed, finishing (their shared prompt blocks freed once) inside cohorts, among
+    single sequences: the whole run equals the reference; integrity at every event."""
+    chunked = chunked and scheduler == "vllm"
+    ref, fast = both_equal(
+        workload,
+        ROOFLINE,
+        scheduler,
+        block_size,
+        blocks_tokens,
+        mode,
+        max_model_len=256,
+        group_preemption_mode=group_mode,
+        chunked=chunked,
+        max_num_batched_tokens=32 if chunked else None,
+        max_num_seqs=32 if chunked else None,
+        token_times=token_times,
+    )
+    same(ref[4].token_times, fast[4].token_times)
+    # every total, the time integral of the blocks that sharing saves among them
+    same(dataclasses.asdict(ref[4].totals), dataclasses.asdict(fast[4].totals))
+
+
+def test_forked_groups_decode_in_a_cohort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of 3 among single sequences, a queue behind them and memory for a few: cohorts
+    take the forked groups in as members (three sequences each), preempt and finish them,
+    and the run equals the reference."""
+    joined: list[int] = []
+    join = cohort.Cohort._join
+
+    def counted(self: cohort.Cohort, reqs: list[Request]) -> None:
+        join(self, reqs)
+        joined.append(self.extra)
+
+    monkeypatch.setattr(cohort.Cohort, "_join", counted)
+    workload = [
+        RequestSpec(i, 20 + i % 5, 40 + 9 * i, 0.01 * i, n=3 if i % 2 else 1) for i in range(12)
+    ]
+    kw: dict[str, Any] = {"num_gpu_blocks": 60, "max_model_len": 512, "watermark": 0.0}
+    engine = make_engine("vllm", workload, cost=ROOFLINE, **kw)
+    result = engine.run()
+    assert max(joined) >= 2  # a forked group of 3 in a cohort
+    assert sum(r.num_preemptions for r in result.requests) > 0
+    assert cohort.plain(engine)
+    ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])
+
+
+def test_beams_stay_out_of_the_cohort() -> None:
+    workload = [RequestSpec(0, 20, 30, 0.0, beam_width=2)]
+    engine = make_engine("vllm", workload, num_gpu_blocks=100)
+    engine.run()
+    assert not cohort.plain(engine)
