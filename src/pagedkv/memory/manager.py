@@ -248,8 +248,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
         them all at once, the books stay exact, and block ids are chosen only when read.
 
-        Each must hold its blocks alone with its tokens' ids unknown (no copy-on-write, no
-        prefix key to come); already growing ones go on as they were."""
+        Each must hold its last block alone with its tokens' ids unknown (no copy-on-write, no
+        prefix key to come; blocks before the last may be shared, as parallel samples share
+        their prompt's); already growing ones go on as they were."""
         refs = self.gpu.ref_counts
         growth, tables = self._growth, self._tables
         growing = growth.seqs
