@@ -12,7 +12,9 @@ from hypothesis import given, settings
 
 from pagedkv.engine import cohort
 from pagedkv.engine.request import Request
+from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
+from tests.engine.test_cohort import count_schedules
 from tests.engine.test_cohort_queue import PAGED
 from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.engine.user_policies import USER_POLICIES, registered
@@ -109,6 +111,28 @@ def test_forked_groups_decode_in_a_cohort(monkeypatch: pytest.MonkeyPatch) -> No
     assert max(joined) >= 2  # a forked group of 3 in a cohort
     assert sum(r.num_preemptions for r in result.requests) > 0
     assert cohort.plain(engine)
+    ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
+    same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])
+
+
+def test_groups_arriving_apart_fork_inside_one_cohort() -> None:
+    """Groups of 2 and 3 samples arriving apart (prompts ending inside a block and on a block
+    boundary), memory to spare: the scheduler runs only the first admission round and the
+    first group's fork round (no cohort has started yet); every later admission, each
+    group's fork round (copy-on-write of its shared last block) and every finish happen
+    inside one cohort, and the run equals the reference."""
+    workload = [
+        RequestSpec(i, 16 + 5 * (i % 2), 40 + 13 * i, 0.3 * i, n=2 + i % 2) for i in range(8)
+    ]
+    kw: dict[str, Any] = {"num_gpu_blocks": 400, "max_model_len": 512}
+    engine = make_engine("vllm", workload, cost=ROOFLINE, **kw)
+    calls = count_schedules(engine)
+    result = engine.run()
+    assert calls[0] == 2
+    assert all(len(r.seq_ids) == r.n for r in result.requests)
+    kv = engine.scheduler.kv
+    assert isinstance(kv, KVCacheManager)
+    assert kv.stats.cow_copies > 0
     ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
     same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])
 

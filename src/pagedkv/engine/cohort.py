@@ -1,7 +1,7 @@
 """The decode cohort: the event loop over lazy decoding requests, the scheduler asked at events.
 
-While memory is *plain* (paged, every used block held by one sequence, no groups, no token
-ids), a run is decode rounds between events: finishes, arrivals (follow-ups a finish released
+While memory is *plain* (paged, no token ids, no beams; parallel samples share their prompt's
+blocks), a run is decode rounds between events: finishes, arrivals (follow-ups a finish released
 among them), and the round whose new blocks do not fit. The cohort runs it without touching
 the decoding requests one by one: each *member* keeps the counters it had when it joined
 (round ``join``) and is brought up to date only when it finishes, is preempted, or the cohort
@@ -123,7 +123,11 @@ class Cohort:
         # with groups it moves at their events, integrated piecewise (``_resaved``).
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0.0
-        self.unforked = False  # a group joined before forking: its fork round is schedule's
+        # Groups that sampled their first token and fork in their next decode round (a round
+        # of its own: ``_fork``); with chunked prefill that round is schedule's (``unforked``:
+        # the cohort ends at the next event).
+        self.forking: list[Request] = []
+        self.unforked = False
         self.windows = 0
         # Running requests that are not members (chunked prefill: prompts in chunks), in
         # running order; their counters are current. None has one prompt token left.
@@ -162,7 +166,8 @@ class Cohort:
         if not plain(eng):
             return False
         decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
-        if sched.has_groups and any(len(r.seq_ids) < r.n for r in decoding):
+        chunked = sched.config.enable_chunked_prefill
+        if sched.has_groups and chunked and any(len(r.seq_ids) < r.n for r in decoding):
             return False  # its next round forks it (and copies its shared last block)
         if len(decoding) < len(sched.running):  # chunked prefill: some still prefill
             if not sched.config.enable_chunked_prefill:
@@ -257,14 +262,17 @@ class Cohort:
                 replan = bool(went or preempted or ended)
                 preempted = False
                 continue
-            if not finishes:  # nobody decodes
+            forking = self.forking  # (their round is one of its own, if their blocks fit)
+            if forking and not self._forks_fit():
+                return  # (the scheduler's, who may preempt for them)
+            if not finishes and not forking:  # nobody decodes
                 if arrival is None or waiting:
                     return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
             r, a = len(members), self.done  # members (requests), the round
             n = r + self.extra  # sequences: each decodes
-            one = preempted or resume  # a round of its own
+            one = preempted or resume or bool(forking)  # a round of its own
             k = 1 if one else finishes[0][0] - a  # to the next finish (>= 1)
             context = self.sum_tokens + n * a - self.sum_join
             curve = decode_curve(n, context)
@@ -281,11 +289,14 @@ class Cohort:
             if short:
                 k = window.k
                 sums = curve.sums(k)
-            elif resume:
-                resume = False
+            elif resume or forking:
                 out = SchedulerOutput()
-                sched.resume(out, members.keys())
-                if out.swap_in:  # this round is theirs too: priced and accounted whole
+                if forking:
+                    self._fork(out)
+                if resume:
+                    resume = False
+                    sched.resume(out, members.keys())
+                if out.swap_in or out.chunks:  # this round is theirs too: priced whole
                     self._resumed(out, n, context)
                     if finishes and finishes[0][0] == self.done:
                         self._finish()
@@ -431,10 +442,10 @@ class Cohort:
         return self.victim_swaps
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
-        """The decode round just taken by the ``n`` members (their tokens before it:
-        ``context``) also resumed swapped requests, each computing its next token: the round
-        is priced as one decode of them all plus the swap-ins, and accounted at the books
-        after it (as ``_admission``)."""
+        """The decode round just taken by the ``n`` members' sequences (their tokens before
+        it: ``context``) also forked groups (``_fork``) or resumed swapped requests, each
+        computing its next token (every sample of a group): the round is priced as one decode
+        of them all plus the swaps, and accounted at the books after it (as ``_admission``)."""
         eng = self.engine
         chunks = out.chunks
         m = len(chunks)
@@ -544,7 +555,7 @@ class Cohort:
         decoding join."""
         eng = self.engine
         sched = eng.scheduler
-        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
         if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
             duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
             if duration is None:
@@ -566,7 +577,7 @@ class Cohort:
         model's step time), remembered by the batch's (new, cached) tokens per chunk: a cost
         model prices a shape and nothing else (the fast-forward relies on it throughout), and
         prompt lengths repeat (a long run prices each length once)."""
-        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
         if len(chunks) == 1:  # one arrival (the usual case): its pair is the key
             pair = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
             duration = self.prices.get(pair)
@@ -584,12 +595,38 @@ class Cohort:
     def _forked(self, reqs: list[Request]) -> list[Request]:
         """Those of ``reqs`` that may join: one sequence, or a group forked (its samples'
         last blocks their own since the fork round's copy-on-write). A group that sampled
-        its first token but has not forked yet forks in its next round, which ``schedule``
-        runs: it stays out, and the cohort ends at the next event (``unforked``)."""
+        its first token but has not forked yet forks in its next decode round: it stays out
+        until then (``forking``; under chunked prefill ``fill`` would not decode it, so the
+        cohort ends at the next event: ``unforked``)."""
         ready = [r for r in reqs if len(r.seq_ids) == r.n]
         if len(ready) < len(reqs):
-            self.unforked = True
+            if self.engine.scheduler.config.enable_chunked_prefill:
+                self.unforked = True  # (``fill`` would not decode it)
+            else:
+                self.forking += [r for r in reqs if len(r.seq_ids) < r.n]
         return ready
+
+    def _forks_fit(self) -> bool:
+        """Do the forking groups' first appends fit with the members' next round? Each of n
+        samples takes a block: a new one, or (a shared partial last block) a copy but the
+        last (``can_append_all``). Then no one is short and no order of appends matters."""
+        bs = self.bs
+        need = sum([r.n - 1 if r.num_computed_tokens % bs else r.n for r in self.forking])
+        if need > self.kv.num_free_blocks:
+            return False
+        fit = self.kv.rounds_that_fit(need)
+        return fit is None or fit >= 1
+
+    def _fork(self, out: SchedulerOutput) -> None:
+        """The forking groups' round, taken by the members' decode too (``_forks_fit``): each
+        forks and appends its next token (``Scheduler._append``: the copies of a shared last
+        block), into ``out``, and joins after it (``_resumed``)."""
+        sched = self.engine.scheduler
+        for req in self.forking:
+            if not sched._append(req, 1, out):  # (``_forks_fit`` said they fit)
+                raise IntegrityError(f"group {req.request_id}: no room for its fork")
+            out.chunks.append(sched._chunk(req, 1))
+        self.forking = []
 
     def _left(self, req: Request, join: int, tokens: int) -> None:
         """A member that finished or was preempted takes its samples' sums with it."""
@@ -670,6 +707,7 @@ class Cohort:
                 req.num_computed_tokens = m.tokens + lag
                 req.num_output_tokens = m.outputs + lag
         self.members.clear()
+        self.forking = []
         self.seqs.clear()
         self.extra = 0
         if self.engine.check_integrity:

@@ -33,7 +33,8 @@ event, visiting every running request) serve only what it cannot:
   ``fill``: greedy-nopreempt, whose rounds admit and decode at once; reserve with groups
   running; a user's opted-in policy without them).
 
-(A group's fork round, with its copy-on-write, is ``schedule()``'s in either case.)
+(A group's fork round, with its copy-on-write, is the cohort's when its blocks fit beside the
+members' without chunked prefill, else ``schedule()``'s.)
 
 Beams never run in bulk (they fork and free every round: ``_pure_decode``).
 """

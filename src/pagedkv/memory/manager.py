@@ -267,9 +267,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
         return seq_id in self._growth.seqs
 
-    def rounds_that_fit(self) -> int | None:
-        """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
-        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
+    def rounds_that_fit(self, spare: int = 0) -> int | None:
+        """Rounds of growth whose new blocks the free blocks hold, ``spare`` of them kept back
+        for other appends (None: growth takes none)."""
+        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held - spare)
 
     def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
         """k rounds of growth (with ``upto``: as many of them as the free blocks hold): every
