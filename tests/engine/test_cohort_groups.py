@@ -14,8 +14,9 @@ from pagedkv.engine import cohort
 from pagedkv.engine.request import Request
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
+from tests.engine import test_cohort_queue
 from tests.engine.test_cohort import count_schedules
-from tests.engine.test_cohort_queue import PAGED
+from tests.engine.test_cohort_queue import OPTED_IN, PAGED
 from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.engine.user_policies import USER_POLICIES, registered
 from tests.factories import make_engine
@@ -159,3 +160,27 @@ def test_beams_stay_out_of_the_cohort() -> None:
     engine = make_engine("vllm", workload, num_gpu_blocks=100)
     engine.run()
     assert not cohort.plain(engine)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    workload=samples(),
+    scheduler=st.sampled_from(OPTED_IN),
+    block_size=st.sampled_from([1, 16, 5]),
+    blocks_tokens=st.integers(400, 900),
+    mode=st.sampled_from(["recompute", "swap"]),
+    chunked=st.booleans(),
+)
+def test_plans_keep_their_promises_with_groups(
+    workload: list[RequestSpec],
+    scheduler: str,
+    block_size: int,
+    blocks_tokens: int,
+    mode: str,
+    chunked: bool,
+) -> None:
+    """``plan_round``, ``growth_victim``, ``resume`` and ``fill`` held to what ``schedule``
+    does (test_cohort_queue's check) with parallel samples running, forking and preempted."""
+    test_cohort_queue.test_plans_keep_their_promises.hypothesis.inner_test(  # type: ignore[attr-defined]
+        workload, scheduler, block_size, blocks_tokens, mode, chunked
+    )
