@@ -1,12 +1,13 @@
 """The decode cohort: the event loop over lazy decoding requests, the scheduler asked at events.
 
-While memory is *plain* (paged, every used block held by one sequence, no groups, no token ids,
-no follow-ups), a run is decode rounds between events: finishes, arrivals, and the round whose
-new blocks do not fit. The cohort runs it without touching the decoding requests one by one:
-each *member* keeps the counters it had when it joined (round ``join``) and is brought up to
-date only when it finishes, is preempted, or the cohort ends; its memory grows in the books
-(``KVCacheManager.grow``: exact free blocks and categories at every round, block ids chosen
-when read)::
+While memory is *plain* (paged, no token ids, no beams; parallel samples share their prompt's
+blocks), a run is decode rounds between events: finishes, arrivals (follow-ups a finish released
+among them), and the round whose new blocks do not fit. The cohort runs it without touching
+the decoding requests one by one: each *member* keeps the counters it had when it joined
+(round ``join``) and is brought up to date only when it finishes, is preempted, or the cohort
+ends (its per-token times too, if asked for: the ends of the rounds it ran, kept as runs of
+rounds); its memory grows in the books (``KVCacheManager.grow``: exact free blocks and
+categories at every round, block ids chosen when read)::
 
     decode round:   join ........ d (now) ............ join + left (its finish)
     member:         tokens t      t + (d - join)       t + left   (lazy: computed on demand)
@@ -37,9 +38,11 @@ others. The cohort's rounds are summed apart and added to the ledger once, at it
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.engine.batch_shape import BatchShape
+from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.ledger import Span
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
@@ -50,6 +53,7 @@ from pagedkv.memory.usage import MemoryUsage, categories
 if TYPE_CHECKING:
     from pagedkv.engine.cost_model import CostModel
     from pagedkv.engine.engine import Engine
+    from pagedkv.engine.windows import StepCurve
 
 
 _SWAPPED = RequestStatus.SWAPPED
@@ -58,20 +62,19 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 
 def plain(engine: Engine) -> bool:
-    """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
-    per-token times are asked for (a cohort never visits a member between its join and its
-    finish). Requests may wait or be swapped: the policy's ``plan_round`` says at each event
-    what the next round does with them."""
+    """May a cohort run? Paged memory, nothing keyed on token ids, no beams (they fork and
+    free every round). Requests may wait or be swapped: the policy's ``plan_round`` says at
+    each event what the next round does with them; a follow-up released by a finish is one
+    more arrival to come (``Engine.next_arrival``). Blocks may be shared by parallel samples
+    (their prompt's), not with a pinned prefix: growth takes private blocks only, and a
+    finish frees what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
-        and not sched.has_groups
+        and not sched.has_beams
         and not sched.has_token_ids
-        and not engine.followups
-        and kv.all_blocks_private
-        and engine.token_times is None
+        and (kv.all_blocks_private or not kv.num_pinned_blocks)
     )
 
 
@@ -113,9 +116,19 @@ class Cohort:
         self.finishes: list[tuple[int, float, int, Request, Member]] = []
         self.sum_join = 0
         self.sum_tokens = 0
-        # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
-        # pinned prefixes, if any, stay as they are).
+        # Parallel samples: a member of s > 1 sequences (each decodes, each grows) counts s
+        # times in the sums above; ``extra`` is the sequences beyond one per member.
+        self.seqs: dict[Request, int] = {}
+        self.extra = 0
+        # Blocks saved by sharing: constant between events (growth's blocks are private);
+        # with groups it moves at their events, integrated piecewise (``_resaved``).
         self.saved = kv.blocks_saved_by_sharing
+        self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
+        # Groups that sampled their first token and fork in their next decode round (a round
+        # of its own: ``_fork``); with chunked prefill that round is schedule's (``unforked``:
+        # the cohort ends at the next event).
+        self.forking: list[Request] = []
+        self.unforked = False
         self.windows = 0
         # Running requests that are not members (chunked prefill: prompts in chunks), in
         # running order; their counters are current. None has one prompt token left.
@@ -130,6 +143,13 @@ class Cohort:
         self.max_running = 0
         self.time = self.token_time = self.alloc_time = self.internal_time = 0  # (ticks)
         self.wait_time = self.wait_alloc = 0
+        # Per-token times (``Engine(token_times=True)``): a member's tokens are sampled at the
+        # ends of the decode rounds it ran, written when it is brought up to date. Every
+        # decode round's end, as runs: from round firsts[i] + 1 on, rounds end at
+        # ends[i] = (start, curve) at start + curve's totals, or (end, None) for one round.
+        self.times = engine.token_times
+        self.firsts: list[int] = []
+        self.ends: list[tuple[int, StepCurve | None]] = []  # (ticks)
 
     @property
     def rounds(self) -> int:
@@ -147,6 +167,9 @@ class Cohort:
         if not plain(eng):
             return False
         decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
+        chunked = sched.config.enable_chunked_prefill
+        if sched.has_groups and chunked and any(len(r.seq_ids) < r.n for r in decoding):
+            return False  # its next round forks it (and copies its shared last block)
         if len(decoding) < len(sched.running):  # chunked prefill: some still prefill
             if not sched.config.enable_chunked_prefill:
                 return False
@@ -174,13 +197,20 @@ class Cohort:
         sched = eng.scheduler
         plan_round = sched.plan_round
         growth_victim = sched.growth_victim
-        arrival = eng.next_arrival  # changes only when arrivals are handed over
+        arrival = eng.next_arrival  # changes only when arrivals are handed over, or
+        chat = bool(eng.followups)  # when a finish releases follow-ups (chat turns)
         preempted = False  # victims just left: the round they made room for runs next
         swap_cost = 0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
         while True:
+            if chat:  # (any finish since may have released one)
+                arrival = eng.next_arrival
+            if sched.has_groups:
+                if self.unforked:
+                    return
+                self._resaved()
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
@@ -190,7 +220,7 @@ class Cohort:
                     replan = True
                     # Of ``plain``, an arrival can change only these two (``add_request``
                     # sets them); without token ids an admission shares no block.
-                    if sched.has_groups or sched.has_token_ids:
+                    if sched.has_beams or sched.has_token_ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 if plan is not None or ((waiting or self.prefilling) and replan):
@@ -233,13 +263,17 @@ class Cohort:
                 replan = bool(went or preempted or ended)
                 preempted = False
                 continue
-            if not finishes:  # nobody decodes
+            forking = self.forking  # (their round is one of its own, if their blocks fit)
+            if forking and not self._forks_fit():
+                return  # (the scheduler's, who may preempt for them)
+            if not finishes and not forking:  # nobody decodes
                 if arrival is None or waiting:
                     return  # (the engine waits, or reports a deadlock)
                 ledger.wait_until(arrival)  # idle until it arrives
                 continue
-            n, a = len(members), self.done
-            one = preempted or resume  # a round of its own
+            r, a = len(members), self.done  # members (requests), the round
+            n = r + self.extra  # sequences: each decodes
+            one = preempted or resume or bool(forking)  # a round of its own
             k = 1 if one else finishes[0][0] - a  # to the next finish (>= 1)
             context = self.sum_tokens + n * a - self.sum_join
             curve = decode_curve(n, context)
@@ -256,11 +290,14 @@ class Cohort:
             if short:
                 k = window.k
                 sums = curve.sums(k)
-            elif resume:
-                resume = False
+            elif resume or forking:
                 out = SchedulerOutput()
-                sched.resume(out)
-                if out.chunks:  # this round is theirs too: priced and accounted whole
+                if forking:
+                    self._fork(out)
+                if resume:
+                    resume = False
+                    sched.resume(out, members.keys())
+                if out.swap_in or out.chunks:  # this round is theirs too: priced whole
                     self._resumed(out, n, context)
                     if finishes and finishes[0][0] == self.done:
                         self._finish()
@@ -291,10 +328,12 @@ class Cohort:
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
-                if n > self.max_running:
-                    self.max_running = n
-                self.seq_rounds += n * k
+                if r > self.max_running:
+                    self.max_running = r
+                self.seq_rounds += r * k
                 self.done = a + k
+                if self.times is not None:
+                    self._ran(a, ledger.ticks + total if k == 1 else ledger.ticks, curve, k)
                 advance_clock(total)
                 self.windows += 1
                 if checked:  # the books hold at every event (tests)
@@ -318,6 +357,9 @@ class Cohort:
         d = self.done
         members, finishes = self.members, self.finishes
         push = heapq.heappush
+        grouped = self.engine.scheduler.has_groups
+        if grouped:
+            reqs = self._forked(reqs)
         for req in reqs:
             outputs = req.num_output_tokens
             left = req.output_len - outputs
@@ -326,7 +368,17 @@ class Cohort:
             push(finishes, (d + left, req.arrival_time, req.request_id, req, member))
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
-        self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
+        if grouped:
+            self.kv.grow([s for req in reqs for s in req.seq_ids])
+            for req in reqs:
+                more = len(req.seq_ids) - 1
+                if more:
+                    self.seqs[req] = more
+                    self.extra += more
+                    self.sum_join += d * more
+                    self.sum_tokens += req.num_computed_tokens * more
+        else:
+            self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
@@ -339,10 +391,14 @@ class Cohort:
             if members.get(req) is not member:
                 continue  # preempted since
             join, tokens, outputs, left = members.pop(req)
+            if self.times is not None:
+                self._stamp(req, join, outputs, left)
             req.num_computed_tokens = tokens + left
             req.num_output_tokens = outputs + left
             self.sum_join -= join
             self.sum_tokens -= tokens
+            if self.seqs:
+                self._left(req, join, tokens)
             group.append(req)
         self.engine.finish(group)
         if self.engine.check_integrity:
@@ -364,10 +420,14 @@ class Cohort:
             else:
                 join, tokens, outputs, _ = member
                 lag = self.done - join
+                if self.times is not None:
+                    self._stamp(victim, join, outputs, lag)
                 victim.num_computed_tokens = tokens + lag
                 victim.num_output_tokens = outputs + lag
                 self.sum_join -= join
                 self.sum_tokens -= tokens
+                if self.seqs:
+                    self._left(victim, join, tokens)
             sched.preempt(victim, out)  # (its blocks freed, growth's included)
             if kv.rounds_that_fit() != 0 or not members:
                 break
@@ -383,23 +443,30 @@ class Cohort:
         return self.victim_swaps
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
-        """The decode round just taken by the ``n`` members (their tokens before it:
-        ``context``) also resumed swapped requests, each computing its next token: the round
-        is priced as one decode of them all plus the swap-ins, and accounted at the books
-        after it (as ``_admission``)."""
+        """The decode round just taken by the ``n`` members' sequences (their tokens before
+        it: ``context``) also forked groups (``_fork``) or resumed swapped requests, each
+        computing its next token (every sample of a group): the round is priced as one decode
+        of them all plus the swaps, and accounted at the books after it (as ``_admission``)."""
         eng = self.engine
         chunks = out.chunks
         m = len(chunks)
-        cached = sum(c.num_cached_tokens for c in chunks)
-        duration = self.cost.decode_curve(n + m, context + cached).sums(1)[0]
-        duration += self.cost.swap_ticks(len(out.swap_in))
+        seqs = sum([len(c.request.seq_ids) for c in chunks])  # (a group: each of its samples)
+        cached = sum([c.num_cached_tokens * len(c.request.seq_ids) for c in chunks])
+        duration = self.cost.decode_curve(n + seqs, context + cached).sums(1)[0]
+        duration += self.cost.swap_ticks(len(out.swap_in) + len(out.swap_out))
+        if out.preempted:  # (a group that went straight back out: its fork needs more)
+            swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+            self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
         self.done += 1  # the members' round
         self.windows += 1
-        self.seq_rounds += n + m
-        if n + m > self.max_running:
-            self.max_running = n + m
+        r = len(self.members)
+        self.seq_rounds += r + m
+        if r + m > self.max_running:
+            self.max_running = r + m
         self._account(duration, len(eng.scheduler.running))
         eng.apply(out, duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.ticks, None, 1)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:
             self._join(joined)
@@ -414,13 +481,15 @@ class Cohort:
         None if the round leaves a request the cohort cannot take on (a prompt's last token
         alone, a request resumed without a chunk): the cohort must end."""
         eng, sched, members = self.engine, self.engine.scheduler, self.members
-        n = len(members)
+        n = len(members) + self.extra  # their sequences
         context = self.sum_tokens + n * self.done - self.sum_join  # the members' tokens
         out = SchedulerOutput()
         sched.fill(out, self.prefilling, members.keys(), preempted)
         chunks = out.chunks
         assert n or chunks, "a round after preemptions runs someone (the oldest fits alone)"
-        part = BatchShape.from_chunks([(c.num_new_tokens, c.num_cached_tokens) for c in chunks])
+        part = BatchShape.from_chunks(
+            [(c.num_new_tokens, c.num_cached_tokens) for c in chunks for _ in c.request.seq_ids]
+        )
         shape = BatchShape(
             n + part.num_tokens,
             n + part.num_seqs,
@@ -438,9 +507,11 @@ class Cohort:
         self.windows += 1
         running = len(sched.running)
         self.admitted_running += running
-        self.admitted_seqs += n + len(chunks)
+        self.admitted_seqs += len(members) + len(chunks)
         self._account(duration, running)
         eng.apply(out, duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.ticks, None, 1)
         joined: list[Request] = []
         rest: list[Request] = []
         for req in dict.fromkeys([*self.prefilling, *[c.request for c in chunks]]):
@@ -469,6 +540,8 @@ class Cohort:
             self._check()
         if running > self.max_running:
             self.max_running = running
+        if sched.has_groups:  # (the round's forks, swaps and copies made)
+            self._resaved()
         self.time += duration
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
@@ -483,7 +556,7 @@ class Cohort:
         decoding join."""
         eng = self.engine
         sched = eng.scheduler
-        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
         if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
             duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
             if duration is None:
@@ -505,7 +578,7 @@ class Cohort:
         model's step time), remembered by the batch's (new, cached) tokens per chunk: a cost
         model prices a shape and nothing else (the fast-forward relies on it throughout), and
         prompt lengths repeat (a long run prices each length once)."""
-        chunks = batch.chunks  # one sequence each: no groups in a cohort
+        chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
         if len(chunks) == 1:  # one arrival (the usual case): its pair is the key
             pair = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
             duration = self.prices.get(pair)
@@ -518,6 +591,91 @@ class Cohort:
         if duration is None:
             duration = self.prices[pairs] = self.cost.step_ticks(BatchShape.from_chunks(pairs))
         return duration
+
+    # ----- parallel samples ----------------------------------------------------------------
+    def _forked(self, reqs: list[Request]) -> list[Request]:
+        """Those of ``reqs`` that may join: one sequence, or a group forked (its samples'
+        last blocks their own since the fork round's copy-on-write). A group that sampled
+        its first token but has not forked yet forks in its next decode round: it stays out
+        until then (``forking``; under chunked prefill ``fill`` would not decode it, so the
+        cohort ends at the next event: ``unforked``)."""
+        ready = [r for r in reqs if len(r.seq_ids) == r.n]
+        if len(ready) < len(reqs):
+            if self.engine.scheduler.config.enable_chunked_prefill:
+                self.unforked = True  # (``fill`` would not decode it)
+            else:
+                self.forking += [r for r in reqs if len(r.seq_ids) < r.n]
+        return ready
+
+    def _forks_fit(self) -> bool:
+        """Do the forking groups' first appends fit with the members' next round? Each of n
+        samples takes a block: a new one, or (a shared partial last block) a copy but the
+        last (``can_append_all``). Then no one is short and no order of appends matters."""
+        bs = self.bs
+        need = sum([r.n - 1 if r.num_computed_tokens % bs else r.n for r in self.forking])
+        if need > self.kv.num_free_blocks:
+            return False
+        fit = self.kv.rounds_that_fit(need)
+        return fit is None or fit >= 1
+
+    def _fork(self, out: SchedulerOutput) -> None:
+        """The forking groups' round, taken by the members' decode too (``_forks_fit``): each
+        forks and appends its next token (``Scheduler._append``: the copies of a shared last
+        block), into ``out``, and joins after it (``_resumed``)."""
+        sched = self.engine.scheduler
+        for req in self.forking:
+            if not sched._append(req, 1, out):  # (``_forks_fit`` said they fit)
+                raise IntegrityError(f"group {req.request_id}: no room for its fork")
+            out.chunks.append(sched._chunk(req, 1))
+        self.forking = []
+
+    def _left(self, req: Request, join: int, tokens: int) -> None:
+        """A member that finished or was preempted takes its samples' sums with it."""
+        more = self.seqs.pop(req, 0)
+        if more:
+            self.extra -= more
+            self.sum_join -= join * more
+            self.sum_tokens -= tokens * more
+
+    def _resaved(self) -> None:
+        """Blocks saved by sharing may have moved (a group forked, swapped, finished): the
+        time integral so far at the old count, the new count from now on."""
+        saved = self.kv.blocks_saved_by_sharing
+        if saved != self.saved:
+            self.saved_time += self.saved * (self.time - self.saved_at)
+            self.saved_at = self.time
+            self.saved = saved
+
+    # ----- per-token times ----------------------------------------------------------------
+    def _ran(self, a: int, time: int, curve: StepCurve | None, k: int) -> None:
+        """Decode rounds a+1 .. a+k ran: one round ending at ``time`` (ticks), or k from
+        ``time`` on with step times ``curve``'s."""
+        self.firsts.append(a)
+        self.ends.append((time, None if k == 1 else curve))
+
+    def _stamp(self, req: Request, join: int, outputs: int, lag: int) -> None:
+        """``req`` sampled its tokens ``outputs`` + 1 .. ``outputs`` + ``lag`` at the ends of
+        rounds join+1 .. join+lag (``Engine._stamp``'s rule, for tokens after the first: each
+        replaces any time an earlier run of it left there)."""
+        assert self.times is not None
+        times = self.times.setdefault(req.request_id, [])
+        del times[outputs:]
+        firsts, ends, done = self.firsts, self.ends, self.done
+        i = bisect_right(firsts, join) - 1  # the run of round join + 1
+        r, last = join, join + lag
+        while r < last:
+            time, curve = ends[i]
+            if curve is None:
+                times.append(to_seconds(time))
+                r += 1
+            else:
+                a = firsts[i]
+                upto = min(firsts[i + 1] if i + 1 < len(firsts) else done, last)
+                times += [
+                    to_seconds(time + t) for t in curve.totals(list(range(r - a + 1, upto - a + 1)))
+                ]
+                r = upto
+            i += 1
 
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -536,7 +694,7 @@ class Cohort:
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
             weighted,
-            self.saved * self.time,
+            self.saved_time + self.saved * (self.time - self.saved_at),
         )
         self.engine.ledger.add(span)
 
@@ -546,10 +704,15 @@ class Cohort:
         d = self.done
         for req, m in self.members.items():
             lag = d - m.join
+            if lag and self.times is not None:
+                self._stamp(req, m.join, m.outputs, lag)
             if lag:
                 req.num_computed_tokens = m.tokens + lag
                 req.num_output_tokens = m.outputs + lag
         self.members.clear()
+        self.forking = []
+        self.seqs.clear()
+        self.extra = 0
         if self.engine.check_integrity:
             self.kv.check_integrity()
 
@@ -557,6 +720,7 @@ class Cohort:
         """The books hold, and every member's memory grows in them (the engine's integrity
         hook, at every event: tests)."""
         self.kv.check_integrity()
-        lost = [r.request_id for r in self.members if not self.kv.is_growing(r.seq_ids[0])]
+        growing = self.kv.is_growing
+        lost = [r.request_id for r in self.members if not all(map(growing, r.seq_ids))]
         if lost:
             raise IntegrityError(f"members whose memory no longer grows: {lost[:10]}")

@@ -109,7 +109,8 @@ class Engine:
         self.progress: Callable[[int, int], None] | None = None  # (ended, total)
         # With ``token_times``: request id -> the time each output token was sampled (the end
         # of the step that computed it), for inter-token latencies. Off by default: a run
-        # then does no per-token work, and the decode cohort (which has none) may run.
+        # then does no per-token work (the decode cohort writes a member's when it brings
+        # the member up to date).
         self.token_times: dict[int, list[float]] | None = {} if token_times else None
         self.ledger = Ledger()  # the clock and every total: their one writer
         self.totals: StepTotals = self.ledger.totals

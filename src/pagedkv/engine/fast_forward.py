@@ -20,6 +20,23 @@ budgets hold, every request gains one token per round. So the engine advances k 
 
 so every time-weighted category integrates exactly, with work per block allocation, not per
 token. ``Engine(reference=True)`` steps every round instead; a differential test checks both.
+
+Where ``cohort.plain`` holds (paged memory, no token ids, no beams, no block shared with a
+pinned prefix) the decode cohort (``cohort.py``) runs from here through every event, follow-ups,
+per-token times and forked parallel samples included. The windows here (``_window``, one per
+event, visiting every running request) serve only what it cannot:
+
+* contiguous memory (orca-*, firstfit-*, static): regions, not blocks;
+* token ids (prefix caching; a window keys the blocks it fills), groups among them;
+* a block shared with a pinned prefix;
+* a queue, or a chunked round, under a policy that plans no round (``Scheduler.plan_round``,
+  ``fill``: greedy-nopreempt, whose rounds admit and decode at once; reserve with groups
+  running; a user's opted-in policy without them).
+
+(A group's fork round, with its copy-on-write, is the cohort's when its blocks fit beside the
+members' without chunked prefill, else ``schedule()``'s.)
+
+Beams never run in bulk (they fork and free every round: ``_pure_decode``).
 """
 
 from __future__ import annotations

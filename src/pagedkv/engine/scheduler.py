@@ -142,6 +142,7 @@ class Scheduler(abc.ABC):
         # Seen any request with token ids / parallel samples? (the hot paths skip both checks)
         self.has_token_ids = False
         self.has_groups = False
+        self.has_beams = False  # (groups of beams, which fork and free every round)
         # Allocators whose admission can copy a block (pinned prefixes' copy-on-write).
         self._copy_queue = kv if isinstance(kv, CopyQueue) else None
         # Running requests a ``fill`` decoded this round (never victims: scheduled already).
@@ -157,6 +158,7 @@ class Scheduler(abc.ABC):
             )
         self.has_token_ids |= req.token_ids is not None
         self.has_groups |= req.n > 1
+        self.has_beams |= req.beam is not None
         if req.n > 1 and not self.supports_groups:
             what = "beams" if req.beam is not None else "parallel samples"
             return self._reject(
@@ -252,9 +254,10 @@ class Scheduler(abc.ABC):
         otherwise; the default never promises it."""
         return None
 
-    def resume(self, out: SchedulerOutput) -> None:
+    def resume(self, out: SchedulerOutput, decoded: Collection[Request] = ()) -> None:
         """The resumptions a plan's ``resumes`` promised, into ``out``: swapped requests
-        brought back after the round's decode took its blocks, each with its next token."""
+        brought back after the round's decode (of ``decoded``, their chunks not in ``out``)
+        took its blocks, each with its next token."""
         raise NotImplementedError(f"{self.name} plans no resumption")
 
     def fill(

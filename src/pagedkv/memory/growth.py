@@ -91,7 +91,9 @@ class Growth:
         return len(self.seqs) * self.round - self.sum_join
 
     def add(self, seq_id: SeqId, table: BlockTable) -> None:
-        """``seq_id`` (its table private, its tokens' ids unknown) grows from the next round."""
+        """``seq_id`` (its last block private, its tokens' ids unknown) grows from the next
+        round: it appends after its last block, so blocks before it may be shared (a group's
+        prompt), and freeing it frees what the pool says (a shared block once)."""
         bs, d = self.block_size, self.round
         tokens = table.num_tokens
         room = len(table.blocks) * bs - tokens

@@ -248,8 +248,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
         them all at once, the books stay exact, and block ids are chosen only when read.
 
-        Each must hold its blocks alone with its tokens' ids unknown (no copy-on-write, no
-        prefix key to come); already growing ones go on as they were."""
+        Each must hold its last block alone with its tokens' ids unknown (no copy-on-write, no
+        prefix key to come; blocks before the last may be shared, as parallel samples share
+        their prompt's); already growing ones go on as they were."""
         refs = self.gpu.ref_counts
         growth, tables = self._growth, self._tables
         growing = growth.seqs
@@ -266,9 +267,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
         return seq_id in self._growth.seqs
 
-    def rounds_that_fit(self) -> int | None:
-        """Rounds of growth whose new blocks the free blocks hold (None: growth takes none)."""
-        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held)
+    def rounds_that_fit(self, spare: int = 0) -> int | None:
+        """Rounds of growth whose new blocks the free blocks hold, ``spare`` of them kept back
+        for other appends (None: growth takes none)."""
+        return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held - spare)
 
     def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
         """k rounds of growth (with ``upto``: as many of them as the free blocks hold): every
@@ -560,7 +562,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
         """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
         sharing a partial last block each copy it but the last, who finds it its own."""
-        self._settle()
+        self._settle(self._reads(seq_ids))
         bs = self.block_size
         refs = self.gpu.ref_counts
         left: dict[int, int] = {}  # shared last block -> references not yet copied away
@@ -576,7 +578,14 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
                 if r > 1:
                     needed += 1
                     left[last] = r - 1
-        return needed <= self.gpu.num_free
+        return needed <= self.gpu.num_free - self._growth.held
+
+    def _reads(self, seq_ids: Sequence[SeqId]) -> Sequence[SeqId] | None:
+        """The growing sequences whose blocks an operation on ``seq_ids`` reads: theirs, or
+        every one where the cache may be read (growth's blocks not chosen yet may be cached
+        free ones, or pinned). (Parallel samples fork and append as a group while the others
+        grow on.)"""
+        return None if self.config.enable_prefix_caching or self._pins else seq_ids
 
     def append_slots_all(
         self,
@@ -592,7 +601,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         each sequence's new ids (or None). The common case (an unshared last block, token ids
         unknown or prefix caching off) skips the general path's checks.
         """
-        self._settle()
+        self._settle(self._reads(seq_ids))
         bs = self.block_size
         tables = self._tables
         if type(num_tokens) is not int or num_tokens < 0:
@@ -611,7 +620,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         copies: list[BlockCopy] = []
         same: list[int] = []  # last blocks that stay partial: only their fill moves
         grown: list[tuple[SeqId, BlockTable, int]] = []  # took blocks or filled the last one
-        free = pool.num_free
+        held = self._growth.held  # (those of sequences still growing: not these)
+        free = pool.num_free - held
         try:
             for i, seq_id in enumerate(seq_ids):
                 table = tables.get(seq_id) or self._gpu_table(seq_id)
@@ -622,7 +632,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
                     if done is None:
                         raise PagedKVError(f"append_slots_all: no room for sequence {seq_id!r}")
                     copies.extend(done)
-                    free = pool.num_free
+                    free = pool.num_free - held
                     continue
                 old = table.num_tokens
                 new = old + num_tokens
@@ -655,7 +665,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
     ) -> list[BlockCopy] | None:
         """``child`` shares every block of ``parent`` (reference counts + 1). Never needs room,
         so it returns ``[]``: copies happen lazily, on the first append into a shared block."""
-        self._settle()
+        self._settle(self._reads((parent,)))
         table = self._gpu_table(parent)
         if child in self._tables or child in self._swapped:
             raise UnknownSequenceError(f"sequence {child!r} is already allocated")

@@ -90,14 +90,17 @@ class VllmScheduler(Scheduler):
         return self._can_admit(head, n)
 
     def plan_round(self) -> RoundPlan | None:
-        """Without chunked prefill, with nothing swapped and no group: ``schedule`` first
+        """Without chunked prefill, with nothing swapped and no beams: ``schedule`` first
         admits the waiting prompts first-come-first-served; if any fit the round is
         prefill-only (these admissions), else it decodes every running request (``_decode_all``,
         or a preemption where blocks run short). The admission test reads the free blocks and
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
-        of the books)."""
-        if self.has_groups or not self._rounds_mirrored:
+        of the books). Parallel samples only with the memory's own admission test (a group's
+        test, as reserve's, may read its tables)."""
+        if self.has_beams or not self._rounds_mirrored:
+            return None
+        if self.has_groups and not self._memory_admits:
             return None
         if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
             if not self._books_admits:
@@ -141,19 +144,25 @@ class VllmScheduler(Scheduler):
 
     def growth_victim(self) -> Request | None:
         """The latest arrived running request (``_victim``: a decode round that runs short
-        schedules its requests in arrival order and takes victims off the end). Without
-        groups (a group's mode may differ)."""
-        if not self.running or self.has_groups or not self.preempts:
+        schedules its requests in arrival order and takes victims off the end; a group of
+        parallel samples goes whole, by its own mode). Without beams."""
+        if not self.running or self.has_beams or not self.preempts:
             return None
         if not self._rounds_mirrored or type(self)._preempt is not VllmScheduler._preempt:
             return None
         return self.running[-1]
 
-    def resume(self, out: SchedulerOutput) -> None:
+    def resume(self, out: SchedulerOutput, decoded: Collection[Request] = ()) -> None:
         """``_swap_in`` (after the decode round's appends, as ``_schedule_v0`` does): it reads
         the swapped queue, the running count and the free blocks. Its room test leaves each
-        resumed request a block for its next token, so none is preempted for it."""
-        self._swap_in(out)
+        resumed request a block for its next token, so none is preempted for it, except a
+        group of samples swapped out before it forked (its fork needs more): it goes straight
+        back out (``decoded`` are never victims: ``_victim``)."""
+        self._decoded = decoded
+        try:
+            self._swap_in(out)
+        finally:
+            self._decoded = ()
 
     def fill(
         self,
