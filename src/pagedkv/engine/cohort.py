@@ -369,7 +369,7 @@ class Cohort:
                 self.sum_join -= join
                 self.sum_tokens -= tokens
             sched.preempt(victim, out)  # (its blocks freed, growth's included)
-            if kv.rounds_that_fit() != 0 or not members:
+            if kv.next_round_fits() or not members:
                 break
             got = sched.growth_victim()
             assert got is not None, "a policy that preempted one preempts the next"
