@@ -72,6 +72,8 @@ class PeriodicCounts:
         k = b - a
         bs = self.period
         r0 = (a + 1) % bs
+        if k == 1:  # a round of its own (a preemption's, a resumption's): x = 0
+            return self._w0[r0], 0, 0
         if k <= bs:  # the usual window: one run (``_run``, inlined)
             end = r0 + k
             w0 = sum(self._w0[r0:end])

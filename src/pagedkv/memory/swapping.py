@@ -63,7 +63,7 @@ class SwapMixin:
         """A swap-in reads no growing sequence's blocks, only how many are free, unless a
         cached block may stand in for a CPU one (growth's blocks not chosen yet may be
         cached free ones)."""
-        if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+        if self._ids_read:  # (prefix caching or pinned prefixes)
             self._settle()
 
     def _register_keys(self, table: BlockTable) -> None:
@@ -115,7 +115,11 @@ class SwapMixin:
         ids = _group(seq_ids)
         if type(num_new_tokens) is not int or num_new_tokens < 0:
             num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
-        needed = self._swap_in_blocks_taken(ids)
+        table = self._swapped.get(ids[0]) if len(ids) == 1 else None
+        if table is not None and not self._ids_read:  # (a vllm policy asks at every round)
+            needed = len(table.blocks)  # ``_swap_in_blocks_taken``, one table
+        else:
+            needed = self._swap_in_blocks_taken(ids)
         wm = self._watermark_blocks
         if self.gpu.num_blocks - needed < wm:
             return AllocStatus.NEVER
