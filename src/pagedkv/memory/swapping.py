@@ -11,6 +11,7 @@ when the destination pool is short.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
@@ -176,7 +177,7 @@ class SwapMixin:
         table.blocks = cpu_blocks
         self._swapped[seq_id] = table
         self._swapped_out += len(cpu_blocks)
-        return [_new(SwapMapping, pair) for pair in zip(gpu_blocks, cpu_blocks)]
+        return list(map(_mapping, zip(gpu_blocks, cpu_blocks)))
 
     def _swap_in_one(self, seq_id: SeqId) -> list[SwapMapping]:
         """``swap_in`` of one sequence (room checked) where nothing on the GPU can stand in
@@ -191,7 +192,7 @@ class SwapMixin:
         self._tables[seq_id] = table
         self._tails.track(seq_id, table)
         self._swapped_in += len(gpu_blocks)
-        return [_new(SwapMapping, pair) for pair in zip(cpu_blocks, gpu_blocks)]
+        return list(map(_mapping, zip(cpu_blocks, gpu_blocks)))
 
     @staticmethod
     def _distinct_blocks(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> list[int]:
@@ -278,4 +279,6 @@ class SwapMixin:
         return gpu_block
 
 
-_new = tuple.__new__  # a NamedTuple's own constructor is Python code (one mapping per block)
+# SwapMapping of a (src, dst) pair, in C: a NamedTuple's own constructor is Python code, and a
+# swap makes one mapping per block.
+_mapping = partial(tuple.__new__, SwapMapping)
