@@ -127,7 +127,7 @@ def _may_grow(m: KVCacheManager, seq: SeqId) -> bool:
     table = m._tables[seq]
     if table.final_len is not None or table.tokens_known:
         return False
-    return (not table.blocks or m.gpu.ref_counts[table.blocks[-1]] == 1)
+    return not table.blocks or m.gpu.ref_counts[table.blocks[-1]] == 1
 
 
 TestSwapOne = SwapOneMachine.TestCase

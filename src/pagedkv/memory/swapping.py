@@ -177,7 +177,7 @@ class SwapMixin:
         table.blocks = cpu_blocks
         self._swapped[seq_id] = table
         self._swapped_out += len(cpu_blocks)
-        return list(map(_mapping, zip(gpu_blocks, cpu_blocks)))
+        return list(map(_mapping, zip(gpu_blocks, cpu_blocks, strict=True)))
 
     def _swap_in_one(self, seq_id: SeqId) -> list[SwapMapping]:
         """``swap_in`` of one sequence (room checked) where nothing on the GPU can stand in
@@ -192,7 +192,7 @@ class SwapMixin:
         self._tables[seq_id] = table
         self._tails.track(seq_id, table)
         self._swapped_in += len(gpu_blocks)
-        return list(map(_mapping, zip(cpu_blocks, gpu_blocks)))
+        return list(map(_mapping, zip(cpu_blocks, gpu_blocks, strict=True)))
 
     @staticmethod
     def _distinct_blocks(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> list[int]:
