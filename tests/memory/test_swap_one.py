@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedkv.memory.interface import SeqId, SwapMapping
@@ -36,12 +37,15 @@ class SwapOneMachine(RuleBasedStateMachine):
     @initialize(
         bs=st.sampled_from(BLOCK_SIZES),
         gpu=st.integers(2, 24),
-        cpu=st.integers(0, 16),
+        cpu=st.integers(0, 32),
         caching=st.booleans(),
+        prompts=st.lists(st.integers(0, 40), max_size=4),
     )
-    def setup(self, bs: int, gpu: int, cpu: int, caching: bool) -> None:
+    def setup(self, bs: int, gpu: int, cpu: int, caching: bool, prompts: list[int]) -> None:
         self.fast = make_manager(bs, gpu, num_cpu_blocks=cpu, prefix_caching=caching)
         self.slow = GroupPathManager(self.fast.config)
+        for prompt in prompts:
+            self.allocate(prompt, keyed=False, final=None)
 
     def both(self, method: str, *args: Any, **kwargs: Any) -> Any:
         got = getattr(self.fast, method)(*args, **kwargs)
@@ -89,6 +93,14 @@ class SwapOneMachine(RuleBasedStateMachine):
         if self.fast.has_seq(seq):
             self.both("swap_out", [seq])
 
+    @precondition(lambda self: bool(self.fast._growth.seqs))
+    @rule(data=st.data(), k=st.integers(0, 20))
+    def swap_out_grower(self, data: st.DataObject, k: int) -> None:
+        """A growing sequence's swap-out settles it alone first."""
+        self.both("advance_rounds", k, upto=True)
+        seq = data.draw(st.sampled_from(sorted(self.fast._growth.seqs, key=str)))
+        self.both("swap_out", [seq])
+
     @precondition(lambda self: bool(self.live))
     @rule(data=st.data(), step=st.integers(0, 3))
     def swap_in(self, data: st.DataObject, step: int) -> None:
@@ -131,3 +143,4 @@ def _may_grow(m: KVCacheManager, seq: SeqId) -> bool:
 
 
 TestSwapOne = SwapOneMachine.TestCase
+TestSwapOne.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

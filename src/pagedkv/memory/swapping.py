@@ -185,8 +185,7 @@ class SwapMixin:
         table = self._swapped.pop(seq_id)
         cpu_blocks = table.blocks
         gpu_blocks = self.gpu.allocate_many(len(cpu_blocks))
-        # the sum of ``table.fill(j)`` over its blocks
-        self._token_slots += max(0, min(table.num_tokens, len(cpu_blocks) * table.block_size))
+        self._token_slots += table.num_tokens  # (its blocks hold its tokens: fill(j) summed)
         table.release(self.cpu)
         table.blocks = gpu_blocks
         self._tables[seq_id] = table
