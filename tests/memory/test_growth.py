@@ -69,6 +69,7 @@ class GrowthMachine(RuleBasedStateMachine):
     def advance(self, data: st.DataObject, upto: bool, rounds: bool) -> None:
         to_end = min(self.final[s] - self.tokens[s] for s in self.growing)
         fit = self.lazy.rounds_that_fit()
+        assert self.lazy.next_round_fits() == (fit != 0)
         u0 = self.eager.usage()
         blocks_before = self.eager.num_free_blocks
         if upto:  # as many rounds as fit, of those asked for

@@ -278,8 +278,10 @@ class Cohort:
             context = self.sum_tokens + n * a - self.sum_join
             curve = decode_curve(n, context)
             sums = curve.sums(k)
-            if arrival is not None and ledger.until(arrival) <= sums[0] and not one:
-                k, sums = curve.reach(ledger.until(arrival))  # it falls in round <= k
+            if arrival is not None and not one:
+                until = ledger.until(arrival)
+                if until <= sums[0]:
+                    k, sums = curve.reach(until)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
             # than k, the next needs the scheduler.
             tokens_now, reservation, internal_now = books()
@@ -429,7 +431,7 @@ class Cohort:
                 if self.seqs:
                     self._left(victim, join, tokens)
             sched.preempt(victim, out)  # (its blocks freed, growth's included)
-            if kv.rounds_that_fit() != 0 or not members:
+            if kv.next_round_fits() or not members:
                 break
             got = sched.growth_victim()
             assert got is not None, "a policy that preempted one preempts the next"

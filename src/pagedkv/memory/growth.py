@@ -150,6 +150,12 @@ class Growth:
             return None
         return self.counts.first_over(self.round, free) - 1 - self.round
 
+    def next_round_fits(self, free: int) -> bool:
+        """Do the next round's new blocks fit in ``free`` free blocks (``rounds_that_fit`` is
+        not 0)? One residue's count: O(1)."""
+        counts = self.counts
+        return not counts.weight or counts.total(self.round, self.round + 1) <= free
+
     def advance(self, k: int, free: int, rounds: bool = False, upto: bool = False) -> Window:
         """k rounds of growth within ``free`` free blocks (with ``upto``: as many of them as
         fit); their ``Window``. ``PagedKVError``, changing nothing, if (without ``upto``) the

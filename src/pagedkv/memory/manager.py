@@ -272,6 +272,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         for other appends (None: growth takes none)."""
         return self._growth.rounds_that_fit(self.gpu.num_free - self._growth.held - spare)
 
+    def next_round_fits(self) -> bool:
+        """Does the next round of growth fit in the free blocks (``rounds_that_fit() != 0``)?"""
+        return self._growth.next_round_fits(self.gpu.num_free - self._growth.held)
+
     def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
         """k rounds of growth (with ``upto``: as many of them as the free blocks hold): every
         growing sequence gains a token a round. Returns the rounds run, the blocks they take

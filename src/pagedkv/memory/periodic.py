@@ -26,6 +26,9 @@ done in C). Exact integer arithmetic throughout.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
+
 
 class PeriodicCounts:
     """``count[r]`` for r in [0, period): the weight w(i) = count[i mod period] of round i."""
@@ -72,6 +75,8 @@ class PeriodicCounts:
         k = b - a
         bs = self.period
         r0 = (a + 1) % bs
+        if k == 1:  # a round of its own (a preemption's, a resumption's): x = 0
+            return self._w0[r0], 0, 0
         if k <= bs:  # the usual window: one run (``_run``, inlined)
             end = r0 + k
             w0 = sum(self._w0[r0:end])
@@ -103,18 +108,18 @@ class PeriodicCounts:
         return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
 
     def first_over(self, a: int, limit: int) -> int:
-        """The first round i > a with ``total(a, i) > limit`` (limit >= 0; some count > 0)."""
+        """The first round i > a with ``total(a, i) > limit`` (limit >= 0; some count > 0).
+
+        Whole periods each add ``weight``: q = limit // weight of them stay within the limit,
+        and the round is in the next one, where the running sum of its counts (positions
+        r0 .. r0 + bs - 1) first passes what is left of the limit."""
         per_period = self.weight
         if per_period <= 0:
             raise ValueError("no weight: the total never grows")
-        lo, hi = a, a + self.period * (limit // per_period + 1)  # total(a, hi) > limit
-        while hi - lo > 1:  # invariant: total(a, lo) <= limit < total(a, hi)
-            mid = (lo + hi) // 2
-            if self.total(a, mid) > limit:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        q, left = divmod(limit, per_period)
+        r0 = (a + 1) % self.period
+        running = accumulate(self._w0[r0 : r0 + self.period])
+        return a + q * self.period + bisect_right(list(running), left) + 1
 
     def rounds(self, a: int, b: int) -> list[int]:
         """Each round a < i <= b repeated w(i) times, ascending (for the rare window that needs

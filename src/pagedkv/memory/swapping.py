@@ -11,6 +11,7 @@ when the destination pool is short.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from pagedkv.errors import ConfigError, UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
@@ -20,12 +21,16 @@ from pagedkv.memory.interface import AllocStatus, SeqId, SwapMapping
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.validation import as_int
 
+# can_swap_in's answers as globals: an enum member looked up on its class costs CPython 3.11
+# about four times a global read, and a vllm policy asks at every round while one is swapped.
+_OK, _LATER, _NEVER = AllocStatus.OK, AllocStatus.LATER, AllocStatus.NEVER
+
 
 def _group(seq_ids: Iterable[SeqId]) -> list[SeqId]:
     """The sequences of one swap, each once: a repeated id is refused before anything moves
     (it would be moved twice)."""
     ids = list(seq_ids)
-    if len(set(ids)) != len(ids):
+    if len(ids) > 1 and len(set(ids)) != len(ids):
         seen: set[SeqId] = set()
         for seq_id in ids:
             if seq_id in seen:
@@ -46,6 +51,8 @@ class SwapMixin:
     _token_slots: int
     _swapped_out: int
     _swapped_in: int
+    _ids_read: bool
+    _watermark_blocks: int
 
     def _release_gpu(self, table: BlockTable) -> None:
         raise NotImplementedError
@@ -61,7 +68,7 @@ class SwapMixin:
         """A swap-in reads no growing sequence's blocks, only how many are free, unless a
         cached block may stand in for a CPU one (growth's blocks not chosen yet may be
         cached free ones)."""
-        if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
+        if self._ids_read:  # (prefix caching or pinned prefixes)
             self._settle()
 
     def _register_keys(self, table: BlockTable) -> None:
@@ -82,6 +89,12 @@ class SwapMixin:
         """
         ids = _group(seq_ids)
         self._settle(ids)  # (their blocks are read; other growing sequences go on)
+        if len(ids) == 1:
+            return self._swap_out_one(ids[0])
+        return self._swap_out_group(ids)
+
+    def _swap_out_group(self, ids: list[SeqId]) -> list[SwapMapping] | None:
+        """``swap_out`` of settled sequences, blocks shared among them moved once."""
         distinct = self._distinct_blocks(ids, self._tables)
         if len(distinct) > self.cpu.num_free:
             return None
@@ -105,13 +118,18 @@ class SwapMixin:
         its next step instead of going straight back out)?"""
         self._settle_for_swap_in()
         ids = _group(seq_ids)
-        num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
-        needed = self._swap_in_blocks_taken(ids)
-        wm = self.config.watermark_blocks
+        if type(num_new_tokens) is not int or num_new_tokens < 0:
+            num_new_tokens = as_int("num_new_tokens", num_new_tokens, 0)
+        table = self._swapped.get(ids[0]) if len(ids) == 1 else None
+        if table is not None and not self._ids_read:  # (a vllm policy asks at every round)
+            needed = len(table.blocks)  # ``_swap_in_blocks_taken``, one table
+        else:
+            needed = self._swap_in_blocks_taken(ids)
+        wm = self._watermark_blocks
         if self.gpu.num_blocks - needed < wm:
-            return AllocStatus.NEVER
+            return _NEVER
         needed += self._growth_blocks(ids, num_new_tokens)
-        return AllocStatus.OK if self.num_free_blocks - needed >= wm else AllocStatus.LATER
+        return _OK if self.num_free_blocks - needed >= wm else _LATER
 
     def swap_in(self, seq_ids: Iterable[SeqId]) -> list[SwapMapping] | None:
         """Bring swapped sequences back; CPU -> GPU copies to perform, or ``None`` if no room.
@@ -122,6 +140,12 @@ class SwapMixin:
         ids = _group(seq_ids)
         if self._swap_in_blocks_taken(ids) > self.num_free_blocks:
             return None
+        if len(ids) == 1 and not self._ids_read:
+            return self._swap_in_one(ids[0])
+        return self._swap_in_group(ids)
+
+    def _swap_in_group(self, ids: list[SeqId]) -> list[SwapMapping]:
+        """``swap_in`` once the room is checked: a cached GPU block stands in where it can."""
         to_gpu: dict[int, int] = {}
         copies: list[SwapMapping] = []
         for seq_id in ids:
@@ -141,6 +165,38 @@ class SwapMixin:
         return copies
 
     # ----- internals --------------------------------------------------------------------------
+    def _swap_out_one(self, seq_id: SeqId) -> list[SwapMapping] | None:
+        """``swap_out`` of one sequence (settled): its blocks are distinct, so each takes one
+        CPU block with one reference, in table order (as the general path's)."""
+        table = self._tables.get(seq_id)
+        if table is None:
+            raise UnknownSequenceError(f"sequence {seq_id!r} is not in the expected pool")
+        gpu_blocks = table.blocks
+        if len(gpu_blocks) > self.cpu.num_free:
+            return None
+        cpu_blocks = self.cpu.allocate_many(len(gpu_blocks))
+        del self._tables[seq_id]
+        self._tails.untrack(seq_id, table)
+        self._release_gpu(table)  # (a new, empty list: ``gpu_blocks`` stays)
+        table.blocks = cpu_blocks
+        self._swapped[seq_id] = table
+        self._swapped_out += len(cpu_blocks)
+        return list(map(_mapping, zip(gpu_blocks, cpu_blocks, strict=True)))
+
+    def _swap_in_one(self, seq_id: SeqId) -> list[SwapMapping]:
+        """``swap_in`` of one sequence (room checked) where nothing on the GPU can stand in
+        for a CPU block (no prefix cache, no pins): a fresh GPU block for each, in order."""
+        table = self._swapped.pop(seq_id)
+        cpu_blocks = table.blocks
+        gpu_blocks = self.gpu.allocate_many(len(cpu_blocks))
+        self._token_slots += table.num_tokens  # (its blocks hold its tokens: fill(j) summed)
+        table.release(self.cpu)
+        table.blocks = gpu_blocks
+        self._tables[seq_id] = table
+        self._tails.track(seq_id, table)
+        self._swapped_in += len(gpu_blocks)
+        return list(map(_mapping, zip(cpu_blocks, gpu_blocks, strict=True)))
+
     @staticmethod
     def _distinct_blocks(seq_ids: Iterable[SeqId], tables: dict[SeqId, BlockTable]) -> list[int]:
         seen: dict[int, None] = {}
@@ -169,6 +225,9 @@ class SwapMixin:
         if num_new_tokens <= 0:
             return 0
         bs = self.config.block_size
+        if len(seq_ids) == 1:  # no sibling shares its last block
+            table = self._swapped[seq_ids[0]]
+            return cdiv(table.num_tokens + num_new_tokens, bs) - len(table.blocks)
         blocks = 0
         sharing: dict[int, int] = {}  # shared partial last block -> sequences ending in it
         for seq_id in seq_ids:
@@ -221,3 +280,8 @@ class SwapMixin:
             self.gpu.cache_block(gpu_block, table.block_hashes[j])
         copies.append(SwapMapping(cpu_block, gpu_block))
         return gpu_block
+
+
+# SwapMapping of a (src, dst) pair, in C: a NamedTuple's own constructor is Python code, and a
+# swap makes one mapping per block.
+_mapping = partial(tuple.__new__, SwapMapping)
