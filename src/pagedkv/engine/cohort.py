@@ -59,20 +59,28 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 def plain(engine: Engine) -> bool:
     """May a cohort run? Paged memory where a finish frees exactly its own blocks, nothing is
-    keyed on token ids, no groups, no follow-ups (a finish would release an arrival), and no
-    per-token times are asked for (a cohort never visits a member between its join and its
-    finish). Requests may wait or be swapped: the policy's ``plan_round`` says at each event
-    what the next round does with them."""
+    keyed on token ids (or prefix caching keys them: ``keyed``), no groups, no follow-ups (a
+    finish would release an arrival), and no per-token times are asked for (a cohort never
+    visits a member between its join and its finish). Requests may wait or be swapped: the
+    policy's ``plan_round`` says at each event what the next round does with them."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_groups
-        and not sched.has_token_ids
+        and (not sched.has_token_ids or keyed(kv))
         and not engine.followups
-        and kv.all_blocks_private
+        and (kv.all_blocks_private or keyed(kv))
         and engine.token_times is None
     )
+
+
+def keyed(kv: KVCacheManager) -> bool:
+    """Prefix caching without pinned prefixes: blocks are shared only by prefix hits, and the
+    members' blocks and keys are made in the rounds' order when the pool is read
+    (memory/keyed_growth.py; a member's future ids are its planned outputs)."""
+    config = kv.config
+    return config.enable_prefix_caching and not config.enable_pinned_prefixes
 
 
 def _decodes(req: Request) -> bool:
@@ -114,8 +122,11 @@ class Cohort:
         self.sum_join = 0
         self.sum_tokens = 0
         # Blocks saved by sharing: a constant while memory is plain (new blocks are private;
-        # pinned prefixes, if any, stay as they are).
+        # pinned prefixes, if any, stay as they are); with prefix caching it moves at events
+        # (hits, finishes), so its time integral is summed round by round (``saved_time``).
         self.saved = kv.blocks_saved_by_sharing
+        self.keyed = keyed(kv)
+        self.saved_time = 0.0
         self.windows = 0
         # Running requests that are not members (chunked prefill: prompts in chunks), in
         # running order; their counters are current. None has one prompt token left.
@@ -189,8 +200,9 @@ class Cohort:
                     arrival = eng.next_arrival
                     replan = True
                     # Of ``plain``, an arrival can change only these two (``add_request``
-                    # sets them); without token ids an admission shares no block.
-                    if sched.has_groups or sched.has_token_ids:
+                    # sets them); without token ids or prefix caching an admission shares
+                    # no block.
+                    if sched.has_groups or (sched.has_token_ids and not self.keyed):
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 if plan is not None or ((waiting or self.prefilling) and replan):
@@ -205,6 +217,8 @@ class Cohort:
                         self._admission(plan.admitted)
                         plan, replan = None, True
                         continue
+                    if self.keyed and waiting and self._growth_may_hit():
+                        return  # (the engine steps until the key is made)
                     resume = plan.resumes
                     mixed = plan.chunked
                     plan = None
@@ -216,7 +230,7 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    victim = growth_victim()  # short of blocks for the decodes
+                    victim = None if self.keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
                     swap_cost = self.cost.swap_time(self._preempt(victim))
@@ -297,11 +311,15 @@ class Cohort:
                 self.done = a + k
                 advance_clock(total)
                 self.windows += 1
+                if self.keyed:
+                    self.saved_time += kv.blocks_saved_by_sharing * total
                 if checked:  # the books hold at every event (tests)
                     self._check()
             preempted = resume = False
             if short:
-                victim = growth_victim()
+                # With prefix caching a short round's victims are freed amid its appends
+                # (``_decode_running``): the scheduler runs it.
+                victim = None if self.keyed else growth_victim()
                 if victim is None:
                     return  # (the scheduler preempts)
                 swaps = self._preempt(victim)
@@ -326,7 +344,23 @@ class Cohort:
             push(finishes, (d + left, req.arrival_time, req.request_id, req, member))
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
-        self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each (no groups here)
+        seq_ids = [req.seq_ids[0] for req in reqs]  # one sequence each (no groups here)
+        if self.keyed:  # each one's future ids (its planned outputs) and running order
+            ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
+            self.kv.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
+        else:
+            self.kv.grow(seq_ids)
+
+    def _growth_may_hit(self) -> bool:
+        """Could a decode round before the next event key a block that the waiting head's
+        lookup, or the swapped head's swap-in, would find (a prompt that continues a member's
+        tokens)? Its admission or resumption would then get cheaper inside the window: the
+        plan would not hold (``Scheduler.plan_round``)."""
+        sched = self.engine.scheduler
+        head = sched.waiting[0] if sched.waiting else None
+        ids = None if head is None else head.known_token_ids
+        swapped = sched.swapped[0].seq_ids if sched.swapped else ()
+        return self.kv.growth_may_hit(ids, swapped)
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
@@ -469,6 +503,8 @@ class Cohort:
             self._check()
         if running > self.max_running:
             self.max_running = running
+        if self.keyed:
+            self.saved_time += self.kv.blocks_saved_by_sharing * duration
         self.time += duration
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
@@ -536,7 +572,7 @@ class Cohort:
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
             weighted,
-            self.saved * self.time,
+            self.saved_time if self.keyed else self.saved * self.time,
         )
         self.engine.ledger.add(span)
 

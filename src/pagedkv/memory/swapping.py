@@ -57,12 +57,15 @@ class SwapMixin:
     def num_free_blocks(self) -> int:
         raise NotImplementedError
 
+    def _settle_pool(self) -> None:
+        raise NotImplementedError
+
     def _settle_for_swap_in(self) -> None:
         """A swap-in reads no growing sequence's blocks, only how many are free, unless a
         cached block may stand in for a CPU one (growth's blocks not chosen yet may be
         cached free ones)."""
         if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
-            self._settle()
+            self._settle_pool()
 
     def _register_keys(self, table: BlockTable) -> None:
         raise NotImplementedError

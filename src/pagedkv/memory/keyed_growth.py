@@ -1,0 +1,291 @@
+"""Growth under prefix caching: lazy decoding sequences whose blocks and keys are made, when
+read, in the very order the rounds would have made them.
+
+With prefix caching the pool's state depends on the order of three things a decode round
+does: each block a sequence starts is taken from the head of the free queue (which may evict
+a free cached block), each block it fills gets a key (entering the cache map), and a finish
+puts its full blocks at the tail of the queue and the rest at its head. Which block a
+sequence gets, and which cached block an allocation evicts, follow from that order: round by
+round, and within a round in the caller's order (the running order). So a grower's blocks
+cannot simply be taken in one piece when read, as without keys (``growth.py``).
+
+But only two kinds of round touch the pool for a grower: the round that starts a block and the
+round that fills one; they recur every ``block_size`` rounds, at rounds congruent to one
+residue (``(join + room) % bs`` fills, the next residue starts). So the growers sit in
+``block_size`` buckets by that residue, and ``_materialise`` replays rounds ``made + 1 .. d``
+visiting only the growers with a block event in each (in the caller's order), their quiet
+tokens appended in one piece before each event::
+
+    round i:  bucket (i - 1) % bs  starts a block     (pool.allocate: may evict)
+              bucket i % bs        fills one          (its key: pool.cache_block)
+
+Cost per block, not per token or per grower. A grower touched re-joins growth at round d (its
+table then holds its tokens and blocks); the others stay as they were. The books
+(``Growth``'s closed-form sums) never depended on the order, only the pool does, so
+``_materialise`` runs only where the pool is read: a prefix lookup, an allocation with ids, a
+swap, a free, and before anything settles a sequence.
+
+A grower's future ids are known at ``grow`` (a simulated request's planned outputs): its table
+is told them once (ids may run ahead of tokens), so a filled block's key is made from the
+table alone, and ``growth_may_key`` can say, for a waiting request's keys, whether a grower's
+next full block could complete one of them (then a lookup between events could hit more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from pagedkv.errors import ConfigError, IntegrityError, PagedKVError
+from pagedkv.memory.block_pool import BlockPool
+from pagedkv.memory.block_table import BlockTable
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.growth import Grower, Growth
+from pagedkv.memory.interface import SeqId
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_blocks
+from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.token_runs import TokenRuns
+
+_ALLOC, _FILL = 1, 2
+
+
+class _Keyed(NamedTuple):
+    """A grower's place in the replay: its order key, its residue bucket, and the key its
+    next full block chains from (``_NONE``: it keys nothing)."""
+
+    order: object
+    bucket: int
+    parent: object
+
+
+_NONE = object()  # a grower whose next full block gets no key (its ids unknown)
+
+
+class KeyedGrowthMixin:
+    """``KVCacheManager``'s growers under prefix caching (the module docstring)."""
+
+    config: CacheConfig
+    gpu: BlockPool
+    block_size: int
+    _growth: Growth
+    _tables: dict[SeqId, BlockTable]
+    _tails: TailBooks
+    _token_slots: int
+
+    def _register_keys(self, table: BlockTable, limit: int | None = None) -> None:
+        raise NotImplementedError
+
+    def _init_keyed(self) -> None:
+        self._keyed: dict[SeqId, _Keyed] = {}
+        self._buckets: list[dict[SeqId, object]] = [{} for _ in range(self.block_size)]
+        self._made = 0  # rounds of growth whose blocks and keys the pool holds
+        self._lost: set[SeqId] = set()  # ids known so far but not ahead: lost at a token
+        # growers by the key their next full block chains from (None: the root)
+        self._parents: dict[BlockHash | None, set[SeqId]] = {}
+        self._next_keys: dict[SeqId, BlockHash | None] = {}
+        self._serial_order = 0
+
+    # ----- joining ---------------------------------------------------------------------------
+    def _grow_keyed(
+        self, seq_id: SeqId, table: BlockTable, ids: Sequence[int] | None, order: object
+    ) -> None:
+        """``grow`` of one sequence under prefix caching: ``ids``, its tokens' ids from its
+        current count to its final length (None: unknown; its keys stop at its next token,
+        as an append without ids stops them)."""
+        if table.tokens_known:
+            n = table.num_tokens
+            if len(table.token_ids) != n or len(table.block_hashes) != n // self.block_size:
+                raise PagedKVError(f"sequence {seq_id!r}: ids ahead or keys held back")
+            if ids is None:
+                self._lost.add(seq_id)
+            else:
+                final = table.final_len
+                if final is None or len(ids) < final - n:
+                    want = "its final length" if final is None else f"{final - n} ids"
+                    raise ConfigError("token_ids", len(ids), f"must hold {want}")
+                ids = ids[: final - n]
+                check_token_ids("token_ids", ids)
+                table.extend_ids(ids)
+        if order is None:
+            self._serial_order += 1
+            order = (1, self._serial_order)
+        self._growth.add(seq_id, table)
+        self._join_keyed(seq_id, table, order)
+
+    def _join_keyed(self, seq_id: SeqId, table: BlockTable, order: object) -> None:
+        g = self._growth.seqs[seq_id]
+        bucket = (g.join + g.room) % self.block_size
+        parent: object = _NONE
+        if table.tokens_known and seq_id not in self._lost:
+            hashes = table.block_hashes
+            parent = hashes[-1] if hashes else None
+            self._parents.setdefault(parent, set()).add(seq_id)  # type: ignore[arg-type]
+        self._keyed[seq_id] = _Keyed(order, bucket, parent)
+        self._buckets[bucket][seq_id] = order
+
+    def _leave_keyed(self, seq_id: SeqId) -> object:
+        """Take a grower out of the replay's books; returns its order key."""
+        k = self._keyed.pop(seq_id)
+        del self._buckets[k.bucket][seq_id]
+        self._next_keys.pop(seq_id, None)
+        if k.parent is not _NONE:
+            sharers = self._parents[k.parent]  # type: ignore[index]
+            sharers.discard(seq_id)
+            if not sharers:
+                del self._parents[k.parent]  # type: ignore[arg-type]
+        return k.order
+
+    # ----- the replay ------------------------------------------------------------------------
+    def _materialise(self) -> None:
+        """Make every block and key growth owes the pool up to the current round, in the
+        rounds' order (module docstring)."""
+        growth = self._growth
+        d, m = growth.round, self._made
+        self._made = d
+        if m >= d or not self._keyed:
+            return
+        bs = self.block_size
+        seqs, tables, pool = growth.seqs, self._tables, self.gpu
+        lost, tails, buckets = self._lost, self._tails, self._buckets
+        ordered: dict[int, list[tuple[object, int, SeqId]]] = {}  # a bucket's, in order
+
+        def events_of(c: int, kind: int) -> list[tuple[object, int, SeqId]]:
+            got = ordered.get(c * 3 + kind)
+            if got is None:
+                got = ordered[c * 3 + kind] = sorted(
+                    [(o, kind, s) for s, o in buckets[c].items()], key=_first
+                )
+            return got
+
+        touched: dict[SeqId, Grower] = {}
+        for i in range(m + 1, d + 1):
+            if bs == 1:
+                events = events_of(0, _ALLOC)
+            else:
+                starting = events_of((i - 1) % bs, _ALLOC)
+                filling = events_of(i % bs, _FILL)
+                if starting and filling:
+                    events = sorted(starting + filling, key=_first)
+                else:
+                    events = starting or filling
+            for _, kind, seq_id in events:
+                g = touched.get(seq_id)
+                if g is None:
+                    g = seqs[seq_id]
+                x = i - g.join  # its x-th round since it joined: tokens + x after it
+                if x <= 0 or (g.end >= 0 and i > g.end):
+                    continue
+                room = g.room
+                table = tables[seq_id]
+                keys = table.tokens_known and seq_id not in lost
+                if kind == _ALLOC:
+                    if x <= room or 0 <= g.taken <= (x - room - 1) // bs:
+                        continue
+                elif x < room or not keys:
+                    continue  # (a fill without a key touches no pool)
+                if seq_id not in touched:
+                    touched[seq_id] = g
+                    growth.remove(seq_id)
+                    tails.untrack(seq_id, table)
+                if kind == _ALLOC:
+                    table.blocks.append(pool.allocate())
+                table.num_tokens = g.tokens + x
+                if seq_id in lost:
+                    lost.discard(seq_id)
+                    table.tokens_known = keys = False
+                if keys and (kind == _FILL or bs == 1):
+                    self._register_keys(table)
+        for seq_id, g in touched.items():
+            table = tables[seq_id]
+            order = self._leave_keyed(seq_id)
+            table.num_tokens = g.tokens + (d - g.join)
+            self._token_slots += d - g.join
+            tails.track(seq_id, table)
+            growth.add(seq_id, table)
+            self._join_keyed(seq_id, table, order)
+
+    def _settle_keyed(self, only: Iterable[SeqId] | None) -> None:
+        """Stop these growers (all if None): the pool made up to now, each table takes its
+        quiet tokens since (no block starts or fills among them) and its ids run ahead no
+        more."""
+        self._materialise()
+        growth, tables, tails = self._growth, self._tables, self._tails
+        keyed = self._keyed
+        for seq_id in list(keyed) if only is None else [s for s in only if s in keyed]:
+            table = tables[seq_id]
+            self._leave_keyed(seq_id)
+            lag, taken = growth.remove(seq_id)
+            if taken:
+                raise IntegrityError(f"growing sequence {seq_id!r} owes {taken} blocks")
+            if lag:
+                tails.untrack(seq_id, table)
+                table.num_tokens += lag
+                self._token_slots += lag
+                tails.track(seq_id, table)
+                if seq_id in self._lost:
+                    table.tokens_known = False
+            self._lost.discard(seq_id)
+            if table.tokens_known and len(table.token_ids) > table.num_tokens:
+                ids = table.token_ids
+                if type(ids) is TokenRuns:
+                    table.token_ids = ids[: table.num_tokens]
+                else:
+                    del ids[table.num_tokens :]
+
+    # ----- queries ---------------------------------------------------------------------------
+    def growth_may_key(self, keys: Sequence[BlockHash]) -> bool:
+        """Could a growing sequence's next full block get one of ``keys`` (a chain of block
+        keys from the root: a waiting request's, a swapped one's)? A key chains over its
+        parent, so a grower's later blocks can give a key of the chain only if its next one
+        does: False means no decode round to come adds a key of the chain to the cache."""
+        parents = self._parents
+        if not parents:
+            return False
+        bs = self.block_size
+        for j, key in enumerate(keys):
+            sharers = parents.get(keys[j - 1] if j else None)
+            if not sharers:
+                continue
+            for seq_id in sharers:
+                if self._next_key(seq_id, bs) == key:
+                    return True
+        return False
+
+    def _next_key(self, seq_id: SeqId, bs: int) -> BlockHash | None:
+        got = self._next_keys.get(seq_id, b"")
+        if got != b"":
+            return got
+        table = self._tables[seq_id]
+        j = len(table.block_hashes)
+        ids = table.token_ids
+        key = None
+        if len(ids) >= (j + 1) * bs:
+            parent = table.block_hashes[-1] if j else None
+            key = hash_blocks(ids[j * bs : (j + 1) * bs], bs, table.salt, parent)[0]
+        self._next_keys[seq_id] = key
+        return key
+
+    def _check_keyed(self) -> None:
+        """The replay's books: every keyed grower grows, sits in its residue's bucket, and the
+        pool is made up to no later than the current round."""
+        growth = self._growth
+        if not self.config.enable_prefix_caching:
+            if self._keyed:
+                raise IntegrityError("growers in the replay without prefix caching")
+            return
+        if self._keyed.keys() != growth.seqs.keys():
+            raise IntegrityError("growers under prefix caching missing from the replay")
+        for seq_id, k in self._keyed.items():
+            g = growth.seqs[seq_id]
+            if k.bucket != (g.join + g.room) % self.block_size or seq_id not in self._buckets[
+                k.bucket
+            ]:
+                raise IntegrityError(f"growing sequence {seq_id!r} in the wrong bucket")
+        if sum(map(len, self._buckets)) != len(self._keyed) or self._made > growth.round:
+            raise IntegrityError("replay buckets disagree with the growers")
+
+
+def _first(t: tuple[object, int, SeqId]) -> object:
+    return t[0]
+
+
