@@ -126,6 +126,7 @@ class Cohort:
         # (hits, finishes), so its time integral is summed round by round (``saved_time``).
         self.saved = kv.blocks_saved_by_sharing
         self.keyed = keyed(kv)
+        self.by_seq: dict[object, Request] = {}  # (keyed: a member by its sequence)
         self.saved_time = 0.0
         self.windows = 0
         # Running requests that are not members (chunked prefill: prompts in chunks), in
@@ -318,8 +319,14 @@ class Cohort:
             preempted = resume = False
             if short:
                 # With prefix caching a short round's victims are freed amid its appends
-                # (``_decode_running``): the scheduler runs it.
-                victim = None if self.keyed else growth_victim()
+                # (``_decode_running``): ``_short_keyed`` runs it so.
+                victim = growth_victim()
+                if self.keyed and victim is not None and not self.prefilling:
+                    self._short_keyed()
+                    replan = True
+                    continue
+                if self.keyed:
+                    return
                 if victim is None:
                     return  # (the scheduler preempts)
                 swaps = self._preempt(victim)
@@ -345,7 +352,9 @@ class Cohort:
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
         seq_ids = [req.seq_ids[0] for req in reqs]  # one sequence each (no groups here)
-        if self.keyed:  # each one's future ids (its planned outputs) and running order
+        if self.keyed:
+            for seq_id, req in zip(seq_ids, reqs, strict=True):
+                self.by_seq[seq_id] = req  # each one's future ids (its planned outputs) and running order
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
             self.kv.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
         else:
@@ -392,17 +401,7 @@ class Cohort:
         kv, members = self.kv, self.members
         out = SchedulerOutput()
         while True:
-            member = members.pop(victim, None)
-            if member is None:  # a prompt in chunks: its counters are current
-                self.prefilling.remove(victim)
-            else:
-                join, tokens, outputs, _ = member
-                lag = self.done - join
-                victim.num_computed_tokens = tokens + lag
-                victim.num_output_tokens = outputs + lag
-                self.sum_join -= join
-                self.sum_tokens -= tokens
-            sched.preempt(victim, out)  # (its blocks freed, growth's included)
+            self._leave(victim, out)
             if kv.rounds_that_fit() != 0 or not members:
                 break
             got = sched.growth_victim()
@@ -415,6 +414,61 @@ class Cohort:
             self._check()
         self.victim_swaps = len(out.swap_out)
         return self.victim_swaps
+
+    def _leave(self, victim: Request, out: SchedulerOutput) -> None:
+        """One victim leaves, counters up to date, and is preempted (its blocks freed, or
+        swapped out: growth's included)."""
+        member = self.members.pop(victim, None)
+        if member is None:  # a prompt in chunks: its counters are current
+            self.prefilling.remove(victim)
+        else:
+            join, tokens, outputs, _ = member
+            lag = self.done - join
+            victim.num_computed_tokens = tokens + lag
+            victim.num_output_tokens = outputs + lag
+            self.sum_join -= join
+            self.sum_tokens -= tokens
+        self.engine.scheduler.preempt(victim, out)
+
+    def _short_keyed(self) -> None:
+        """A decode round short of blocks under prefix caching, as ``_decode_running`` runs
+        it: the members append in running order, and one that finds no free block preempts
+        the latest running request (``growth_victim``) until one is, or it is itself the
+        victim (``KVCacheManager.short_round``: only members that start or fill a block are
+        visited). Priced as a decode of those left, plus the swaps; accounted at the books
+        after it."""
+        sched = self.engine.scheduler
+        out = SchedulerOutput()
+        by_seq = self.by_seq
+
+        def make_room(seq_id: object) -> bool:
+            victim = sched.growth_victim()
+            assert victim is not None, "a policy that preempted one preempts the next"
+            self._leave(victim, out)
+            return victim is not by_seq[seq_id]
+
+        members = self.members
+        self.kv.short_round(make_room)
+        assert members, "the oldest request fits alone"
+        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        n = len(members)
+        context = self.sum_tokens + n * self.done - self.sum_join
+        duration = self.cost.decode_curve(n, context).sums(1)[0]
+        if out.swap_out:
+            duration += self.cost.swap_time(len(out.swap_out))
+        self.done += 1
+        self.windows += 1
+        self.seq_rounds += n
+        self._account(duration, len(sched.running))
+        self.ledger.advance(duration)
+        finishes = self.finishes
+        while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
+            heapq.heappop(finishes)  # a member preempted since
+        if finishes and finishes[0][0] == self.done:
+            self._finish()
+        elif self.engine.check_integrity:
+            self._check()
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
         """The decode round just taken by the ``n`` members (their tokens before it:

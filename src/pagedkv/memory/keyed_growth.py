@@ -33,20 +33,22 @@ next full block could complete one of them (then a lookup between events could h
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.config import CacheConfig
-from pagedkv.memory.growth import Grower, Growth
+from pagedkv.memory.growth import Grower, Growth, Window
 from pagedkv.memory.interface import SeqId
-from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, hash_blocks
+from pagedkv.memory.prefix_hash import BlockHash, chain_keys, check_token_ids, hash_blocks, int64_le
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.token_runs import TokenRuns
 
 _ALLOC, _FILL = 1, 2
+_sha256 = hashlib.sha256
 
 
 class _Keyed(NamedTuple):
@@ -194,7 +196,7 @@ class KeyedGrowthMixin:
                     lost.discard(seq_id)
                     table.tokens_known = keys = False
                 if keys and (kind == _FILL or bs == 1):
-                    self._register_keys(table)
+                    self._key_filled(table)
         for seq_id, g in touched.items():
             table = tables[seq_id]
             order = self._leave_keyed(seq_id)
@@ -203,6 +205,83 @@ class KeyedGrowthMixin:
             tails.track(seq_id, table)
             growth.add(seq_id, table)
             self._join_keyed(seq_id, table, order)
+
+    def short_round(self, make_room: Callable[[SeqId], bool]) -> Window:
+        """The next round of growth when its new blocks do not all fit (``rounds_that_fit``
+        is 0), as a round of appends would run it: the growers with a block event in it (one
+        that starts a block, one that fills one) append their token in order, and where a
+        block is short, ``make_room(seq_id)`` is called until one is free: the caller frees
+        or swaps out a victim (False: the victim was ``seq_id`` itself, which then appends
+        nothing). Every other grower gains its token too (none takes a block). Returns the
+        round's ``Window``."""
+        self._materialise()
+        growth, tables, pool, tails = self._growth, self._tables, self.gpu, self._tails
+        d = growth.round
+        i, bs = d + 1, self.block_size
+        seqs, lost = growth.seqs, self._lost
+        buckets = [self._buckets[d % bs]] + ([self._buckets[i % bs]] if bs > 1 else [])
+        candidates = sorted([(o, s) for b in buckets for s, o in b.items()], key=_first)
+        events: list[tuple[SeqId, bool, bool]] = []
+        for _, seq_id in candidates:
+            g = seqs[seq_id]
+            x = i - g.join
+            if x <= 0 or (g.end >= 0 and i > g.end):
+                continue
+            room = g.room
+            starts = x > room and (x - room - 1) % bs == 0 and not 0 <= g.taken <= (x - room - 1) // bs
+            fills = x >= room and (x - room) % bs == 0
+            if starts or fills:
+                events.append((seq_id, starts, fills))
+        done: list[tuple[SeqId, object]] = []
+        for seq_id, starts, fills in events:
+            if seq_id not in seqs:
+                continue  # a victim already
+            if starts:
+                while pool.num_free - growth.held < 1 and make_room(seq_id):
+                    pass
+                if seq_id not in seqs:
+                    continue  # it was the victim
+            table = tables[seq_id]
+            order = self._leave_keyed(seq_id)
+            lag, taken = growth.remove(seq_id)
+            if taken:
+                raise IntegrityError(f"growing sequence {seq_id!r} owes {taken} blocks")
+            tails.untrack(seq_id, table)
+            if starts:
+                table.blocks.append(pool.allocate())
+            table.num_tokens += lag + 1
+            self._token_slots += lag + 1
+            if seq_id in lost:
+                lost.discard(seq_id)
+                table.tokens_known = False
+            if fills and table.tokens_known:
+                self._key_filled(table)
+            tails.track(seq_id, table)
+            done.append((seq_id, order))
+        window = growth.advance(1, pool.num_free - growth.held)
+        for seq_id, order in done:
+            table = tables[seq_id]
+            growth.add(seq_id, table)
+            self._join_keyed(seq_id, table, order)
+        self._made = growth.round
+        return window
+
+    def _key_filled(self, table: BlockTable) -> None:
+        """Key the block the table's last token just filled (``_register_keys`` for the usual
+        case: every block before it keyed, the ids runs), from one encoding of its ids."""
+        bs = self.block_size
+        hashes = table.block_hashes
+        j = len(hashes)
+        end = table.num_tokens
+        if (j + 1) * bs != end:
+            self._register_keys(table)
+            return
+        ids = table.token_ids
+        start = end - bs
+        data = ids.int64_le_of(start, end) if type(ids) is TokenRuns else int64_le(ids[start:end])
+        key = _sha256(hashes[-1] + data).digest() if j else chain_keys(data, bs, table.salt)[0]
+        hashes.append(key)
+        self.gpu.cache_block(table.blocks[j], key)
 
     def _settle_keyed(self, only: Iterable[SeqId] | None) -> None:
         """Stop these growers (all if None): the pool made up to now, each table takes its
