@@ -86,6 +86,7 @@ class KeyedGrowthMixin:
         self._parents: dict[BlockHash | None, set[SeqId]] = {}
         self._next_keys: dict[SeqId, BlockHash | None] = {}
         self._serial_order = 0
+        self._ids_len: dict[SeqId, int] = {}  # a grower's known ids before ``grow`` told more
 
     # ----- joining ---------------------------------------------------------------------------
     def _grow_keyed(
@@ -95,19 +96,22 @@ class KeyedGrowthMixin:
         current count to its final length (None: unknown; its keys stop at its next token,
         as an append without ids stops them)."""
         if table.tokens_known:
-            n = table.num_tokens
-            if len(table.token_ids) != n or len(table.block_hashes) != n // self.block_size:
-                raise PagedKVError(f"sequence {seq_id!r}: ids ahead or keys held back")
+            n, known = table.num_tokens, len(table.token_ids)
+            if len(table.block_hashes) != n // self.block_size:
+                raise PagedKVError(f"sequence {seq_id!r}: keys held back")
             if ids is None:
-                self._lost.add(seq_id)
+                if known <= n:
+                    self._lost.add(seq_id)  # (ids ahead: known until they run out)
             else:
                 final = table.final_len
                 if final is None or len(ids) < final - n:
                     want = "its final length" if final is None else f"{final - n} ids"
                     raise ConfigError("token_ids", len(ids), f"must hold {want}")
-                ids = ids[: final - n]
-                check_token_ids("token_ids", ids)
-                table.extend_ids(ids)
+                if known < final:
+                    ids = ids[known - n : final - n]  # (those ahead are the table's already)
+                    check_token_ids("token_ids", ids)
+                    table.extend_ids(ids)
+                self._ids_len[seq_id] = known
         if order is None:
             self._serial_order += 1
             order = (1, self._serial_order)
@@ -304,12 +308,14 @@ class KeyedGrowthMixin:
                 if seq_id in self._lost:
                     table.tokens_known = False
             self._lost.discard(seq_id)
-            if table.tokens_known and len(table.token_ids) > table.num_tokens:
+            # the ids as appends would have left them: those known before, or the tokens'
+            keep = max(self._ids_len.pop(seq_id, 0), table.num_tokens)
+            if table.tokens_known and len(table.token_ids) > keep:
                 ids = table.token_ids
                 if type(ids) is TokenRuns:
-                    table.token_ids = ids[: table.num_tokens]
+                    table.token_ids = ids[:keep]
                 else:
-                    del ids[table.num_tokens :]
+                    del ids[keep:]
 
     # ----- queries ---------------------------------------------------------------------------
     def growth_may_key(self, keys: Sequence[BlockHash]) -> bool:

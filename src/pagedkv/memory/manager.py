@@ -259,7 +259,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
         them all at once, the books stay exact, and block ids are chosen only when read.
 
-        Each must hold its last block alone (no copy-on-write to come). Without prefix
+        Each must hold its last block alone if it is partial (no copy-on-write to come). Without prefix
         caching its tokens' ids must be unknown. With it, ``token_ids`` gives each one's ids
         from its current count to its final length (None where unknown: its keys stop), and
         ``order`` each one's place within a round (sortable; the caller's running order):
@@ -274,7 +274,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
                 continue
             table = tables.get(seq_id) or self._gpu_table(seq_id)
             blocks = table.blocks
-            if (table.tokens_known and not keyed) or (blocks and refs[blocks[-1]] != 1):
+            shared = blocks and refs[blocks[-1]] != 1 and table.num_tokens % self.block_size
+            if (table.tokens_known and not keyed) or shared:
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
             if keyed:
                 ids = None if token_ids is None else token_ids[i]
