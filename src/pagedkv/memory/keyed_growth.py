@@ -163,7 +163,8 @@ class KeyedGrowthMixin:
                 )
             return got
 
-        touched: dict[SeqId, Grower] = {}
+        touched: dict[SeqId, None] = {}
+        keyed: set[SeqId] = set()  # touched ones that filled a block (a new parent key)
         for i in range(m + 1, d + 1):
             if bs == 1:
                 events = events_of(0, _ALLOC)
@@ -175,40 +176,54 @@ class KeyedGrowthMixin:
                 else:
                     events = starting or filling
             for _, kind, seq_id in events:
-                g = touched.get(seq_id)
-                if g is None:
-                    g = seqs[seq_id]
-                x = i - g.join  # its x-th round since it joined: tokens + x after it
-                if x <= 0 or (g.end >= 0 and i > g.end):
+                join, tokens, room, owed, _, end, _ = seqs[seq_id]
+                x = i - join  # its x-th round since it joined: tokens + x after it
+                if x <= 0 or (end >= 0 and i > end):
                     continue
-                room = g.room
                 table = tables[seq_id]
                 keys = table.tokens_known and seq_id not in lost
                 if kind == _ALLOC:
-                    if x <= room or 0 <= g.taken <= (x - room - 1) // bs:
+                    if x <= room or 0 <= owed <= (x - room - 1) // bs:
                         continue
                 elif x < room or not keys:
                     continue  # (a fill without a key touches no pool)
                 if seq_id not in touched:
-                    touched[seq_id] = g
-                    growth.remove(seq_id)
+                    touched[seq_id] = None
                     tails.untrack(seq_id, table)
                 if kind == _ALLOC:
                     table.blocks.append(pool.allocate())
-                table.num_tokens = g.tokens + x
+                table.num_tokens = tokens + x
                 if seq_id in lost:
                     lost.discard(seq_id)
                     table.tokens_known = keys = False
                 if keys and (kind == _FILL or bs == 1):
                     self._key_filled(table)
-        for seq_id, g in touched.items():
+                    keyed.add(seq_id)
+        if not touched:
+            return
+        for seq_id in touched:  # the quiet tokens after its last event
             table = tables[seq_id]
-            order = self._leave_keyed(seq_id)
-            table.num_tokens = g.tokens + (d - g.join)
-            self._token_slots += d - g.join
+            join, tokens = seqs[seq_id][:2]
+            table.num_tokens = tokens + (d - join)
+            self._token_slots += d - join
             tails.track(seq_id, table)
-            growth.add(seq_id, table)
-            self._join_keyed(seq_id, table, order)
+        growth.shift(list(touched), tables)
+        for seq_id in keyed:  # its next full block chains from its new last key
+            self._reparent(seq_id, tables[seq_id])
+
+    def _reparent(self, seq_id: SeqId, table: BlockTable) -> None:
+        k = self._keyed[seq_id]
+        if k.parent is not _NONE:
+            sharers = self._parents[k.parent]  # type: ignore[index]
+            sharers.discard(seq_id)
+            if not sharers:
+                del self._parents[k.parent]  # type: ignore[arg-type]
+        parent: object = _NONE
+        if table.tokens_known and seq_id not in self._lost:
+            parent = table.block_hashes[-1] if table.block_hashes else None
+            self._parents.setdefault(parent, set()).add(seq_id)  # type: ignore[arg-type]
+        self._keyed[seq_id] = k._replace(parent=parent)
+        self._next_keys.pop(seq_id, None)
 
     def short_round(self, make_room: Callable[[SeqId], bool]) -> Window:
         """The next round of growth when its new blocks do not all fit (``rounds_that_fit``

@@ -493,6 +493,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             seq_id, num_tokens, token_ids, final_len, cache_salt
         )
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
+            if self._keyed:  # (the blocks growth owes the pool come off its queue first)
+                self._materialise()
             needed = -(-num_tokens // self.block_size)
             if needed > self.gpu.num_free - self._growth.held:
                 return None
@@ -735,7 +737,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         """Release every block of ``seq_id`` (GPU or swapped), last block first. A growing
         sequence's blocks not chosen yet were never taken: they stay free."""
         growth = self._growth
-        if seq_id in self._keyed:  # its full blocks go to the evictor: made in order first
+        if self._keyed:  # the queue it frees into must be the rounds' first (keyed_growth)
             self._settle((seq_id,))
         if growth.seqs:
             grower = growth.seqs.pop(seq_id, None)
