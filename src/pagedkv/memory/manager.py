@@ -118,7 +118,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         # waiting request is looked up at every step until it is admitted, and once more then,
         # between arrivals' lookups. Keys are a function of the ids and the salt alone, so
         # this holds no state of the books.
-        self._keys_memo: dict[tuple[object, bytes | None], list[BlockHash]] = {}
+        self._keys_memo: dict[tuple[object, int, bytes | None], list[BlockHash]] = {}
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
@@ -354,12 +354,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         bs = self.block_size
         n = (len(token_ids) - 1) // bs
         salt = _to_salt(cache_salt)
-        ids = token_ids[: n * bs]
         blocks: list[int] = []
         lookup = self.gpu.lookup
         # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
-        keys: Sequence[BlockHash] | None = self._memo_keys(ids, salt)
-        if keys is None:  # ids the caller may change later: not kept, and keyed only up to the first miss
+        keys: Sequence[BlockHash] | None = self._memo_keys(token_ids, n, salt)
+        if keys is None:
+            ids = token_ids[: n * bs]  # ids the caller may change later: not kept, and keyed only up to the first miss
             keys = []
             for key in iter_keys(int64_le(ids), bs, salt):
                 if lookup(key) is None:
@@ -372,19 +372,21 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             blocks.append(block)
         return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
 
-    def _memo_keys(self, ids: Sequence[int], salt: bytes | None) -> list[BlockHash] | None:
-        """The keys of the whole blocks of immutable ids (runs or a tuple), remembered; None
-        for ids the caller may change later."""
+    def _memo_keys(
+        self, ids: Sequence[int], n: int, salt: bytes | None
+    ) -> list[BlockHash] | None:
+        """The keys of the first ``n`` blocks of immutable ids (runs or a tuple), remembered;
+        None for ids the caller may change later."""
         name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
         if name is None:
             return None
         memo = self._keys_memo
-        keys = memo.get((name, salt))
+        keys = memo.get((name, n, salt))
         if keys is None:
-            keys = hash_blocks(ids, self.block_size, salt)
+            keys = hash_blocks(ids[: n * self.block_size], self.block_size, salt)
             if len(memo) >= _KEYS_MEMO:
                 del memo[next(iter(memo))]  # the oldest
-            memo[name, salt] = keys
+            memo[name, n, salt] = keys
         return keys
 
     def growth_may_hit(
@@ -397,10 +399,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             return False
         if token_ids is not None and len(token_ids) >= 2:
             bs = self.block_size
-            ids = token_ids[: (len(token_ids) - 1) // bs * bs]
-            keys = self._memo_keys(ids, None)
+            n = (len(token_ids) - 1) // bs
+            keys = self._memo_keys(token_ids, n, None)
             if keys is None:
-                keys = hash_blocks(ids, bs)
+                keys = hash_blocks(token_ids[: n * bs], bs)
             if self.growth_may_key(keys):
                 return True
         for seq_id in swapped:
