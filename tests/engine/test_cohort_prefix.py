@@ -12,6 +12,7 @@ from hypothesis import given, settings
 
 from pagedkv.engine import cohort
 from pagedkv.engine.cost_model import UnitCost
+from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.token_runs import TokenRuns
 from pagedkv.workloads.spec import RequestSpec
 from pagedkv.workloads.token_ids import own_ids, prefix_ids
@@ -46,9 +47,10 @@ def shared_loads(draw: st.DrawFn) -> list[RequestSpec]:
         if kind in ("repeat", "continue") and specs:
             j = draw(st.integers(0, len(specs) - 1))
             base = specs[j]
-            assert base.token_ids is not None and base.output_token_ids is not None
+            assert isinstance(base.token_ids, TokenRuns)
+            assert isinstance(base.output_token_ids, TokenRuns)
             if kind == "repeat":
-                ids = TokenRuns(base.token_ids.runs)
+                ids = base.token_ids
                 outs = base.output_token_ids
                 output = base.output_len
             else:
@@ -65,9 +67,7 @@ def shared_loads(draw: st.DrawFn) -> list[RequestSpec]:
         if len(ids) + output > MAX_LEN:
             continue
         specs.append(
-            RequestSpec(
-                len(specs), len(ids), output, t, token_ids=ids, output_token_ids=outs
-            )
+            RequestSpec(len(specs), len(ids), output, t, token_ids=ids, output_token_ids=outs)
         )
     return specs
 
@@ -146,7 +146,9 @@ def test_a_prefix_caching_queue_runs_in_one_cohort() -> None:
     result = engine.run()
     assert calls[0] == 1
     assert sum(r.num_preemptions for r in result.requests) > 0
-    assert engine.scheduler.kv.stats.prefix_hit_tokens > 0
+    kv = engine.scheduler.kv
+    assert isinstance(kv, KVCacheManager)
+    assert kv.stats.prefix_hit_tokens > 0
     ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
     same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])
 
@@ -163,7 +165,8 @@ def test_a_prompt_that_continues_a_member_ends_the_cohort() -> None:
         token_ids=prefix_ids(0, 40) + own_ids(0, 0, 9),
         output_token_ids=own_ids(0, 9, 40),
     )
-    assert first.token_ids is not None and first.output_token_ids is not None
+    assert isinstance(first.token_ids, TokenRuns)
+    assert isinstance(first.output_token_ids, TokenRuns)
     # its fourth block (tokens 48..63) is the first's once that has decoded 15 tokens
     ids = first.token_ids + first.output_token_ids[:20] + own_ids(1, 0, 20)
     second = RequestSpec(1, len(ids), 5, 0.01, token_ids=ids, output_token_ids=own_ids(1, 20, 5))

@@ -352,9 +352,9 @@ class Cohort:
             self.sum_tokens += tokens
         self.sum_join += d * len(reqs)
         seq_ids = [req.seq_ids[0] for req in reqs]  # one sequence each (no groups here)
-        if self.keyed:
+        if self.keyed:  # each one's future ids (its planned outputs) and running order
             for seq_id, req in zip(seq_ids, reqs, strict=True):
-                self.by_seq[seq_id] = req  # each one's future ids (its planned outputs) and running order
+                self.by_seq[seq_id] = req
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
             self.kv.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
         else:

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.config import CacheConfig
-from pagedkv.memory.growth import Grower, Growth, Window
+from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import SeqId
 from pagedkv.memory.prefix_hash import BlockHash, chain_keys, check_token_ids, hash_blocks, int64_le
 from pagedkv.memory.tail_books import TailBooks
@@ -125,7 +125,7 @@ class KeyedGrowthMixin:
         if table.tokens_known and seq_id not in self._lost:
             hashes = table.block_hashes
             parent = hashes[-1] if hashes else None
-            self._parents.setdefault(parent, set()).add(seq_id)  # type: ignore[arg-type]
+            self._parents.setdefault(parent, set()).add(seq_id)
         self._keyed[seq_id] = _Keyed(order, bucket, parent)
         self._buckets[bucket][seq_id] = order
 
@@ -189,7 +189,6 @@ class KeyedGrowthMixin:
                     continue  # (a fill without a key touches no pool)
                 if seq_id not in touched:
                     touched[seq_id] = None
-                    tails.untrack(seq_id, table)
                 if kind == _ALLOC:
                     table.blocks.append(pool.allocate())
                 table.num_tokens = tokens + x
@@ -201,12 +200,14 @@ class KeyedGrowthMixin:
                     keyed.add(seq_id)
         if not touched:
             return
+        grown: list[tuple[SeqId, BlockTable, int]] = []  # (the tail books move once each)
         for seq_id in touched:  # the quiet tokens after its last event
             table = tables[seq_id]
             join, tokens = seqs[seq_id][:2]
             table.num_tokens = tokens + (d - join)
             self._token_slots += d - join
-            tails.track(seq_id, table)
+            grown.append((seq_id, table, tokens))
+        tails.grow_all(grown)  # (a grower's last block, if partial, is its own)
         growth.shift(list(touched), tables)
         for seq_id in keyed:  # its next full block chains from its new last key
             self._reparent(seq_id, tables[seq_id])
@@ -221,7 +222,7 @@ class KeyedGrowthMixin:
         parent: object = _NONE
         if table.tokens_known and seq_id not in self._lost:
             parent = table.block_hashes[-1] if table.block_hashes else None
-            self._parents.setdefault(parent, set()).add(seq_id)  # type: ignore[arg-type]
+            self._parents.setdefault(parent, set()).add(seq_id)
         self._keyed[seq_id] = k._replace(parent=parent)
         self._next_keys.pop(seq_id, None)
 
@@ -247,7 +248,9 @@ class KeyedGrowthMixin:
             if x <= 0 or (g.end >= 0 and i > g.end):
                 continue
             room = g.room
-            starts = x > room and (x - room - 1) % bs == 0 and not 0 <= g.taken <= (x - room - 1) // bs
+            starts = (
+                x > room and (x - room - 1) % bs == 0 and not 0 <= g.taken <= (x - room - 1) // bs
+            )
             fills = x >= room and (x - room) % bs == 0
             if starts or fills:
                 events.append((seq_id, starts, fills))
@@ -327,10 +330,10 @@ class KeyedGrowthMixin:
             keep = max(self._ids_len.pop(seq_id, 0), table.num_tokens)
             if table.tokens_known and len(table.token_ids) > keep:
                 ids = table.token_ids
-                if type(ids) is TokenRuns:
-                    table.token_ids = ids[:keep]
-                else:
+                if isinstance(ids, list):
                     del ids[keep:]
+                else:
+                    table.token_ids = ids[:keep]
 
     # ----- queries ---------------------------------------------------------------------------
     def growth_may_key(self, keys: Sequence[BlockHash]) -> bool:
@@ -377,15 +380,14 @@ class KeyedGrowthMixin:
             raise IntegrityError("growers under prefix caching missing from the replay")
         for seq_id, k in self._keyed.items():
             g = growth.seqs[seq_id]
-            if k.bucket != (g.join + g.room) % self.block_size or seq_id not in self._buckets[
-                k.bucket
-            ]:
+            if (
+                k.bucket != (g.join + g.room) % self.block_size
+                or seq_id not in self._buckets[k.bucket]
+            ):
                 raise IntegrityError(f"growing sequence {seq_id!r} in the wrong bucket")
         if sum(map(len, self._buckets)) != len(self._keyed) or self._made > growth.round:
             raise IntegrityError("replay buckets disagree with the growers")
 
 
-def _first(t: tuple[object, int, SeqId]) -> object:
+def _first(t: tuple[Any, ...]) -> Any:
     return t[0]
-
-

@@ -259,12 +259,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
         them all at once, the books stay exact, and block ids are chosen only when read.
 
-        Each must hold its last block alone if it is partial (no copy-on-write to come). Without prefix
-        caching its tokens' ids must be unknown. With it, ``token_ids`` gives each one's ids
-        from its current count to its final length (None where unknown: its keys stop), and
-        ``order`` each one's place within a round (sortable; the caller's running order):
-        blocks and keys are then made when read, as the rounds would have made them
-        (memory/keyed_growth.py). Already growing ones go on as they were."""
+        Each must hold its last block alone if it is partial (no copy-on-write to come).
+        Without prefix caching its tokens' ids must be unknown. With it, ``token_ids`` gives
+        each one's ids from its current count to its final length (None where unknown: its
+        keys stop), and ``order`` each one's place within a round (sortable; the caller's
+        running order): blocks and keys are then made when read, as the rounds would have
+        made them (memory/keyed_growth.py). Already growing ones go on as they were."""
         refs = self.gpu.ref_counts
         growth, tables = self._growth, self._tables
         growing = growth.seqs
@@ -358,8 +358,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         lookup = self.gpu.lookup
         # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
         keys: Sequence[BlockHash] | None = self._memo_keys(token_ids, n, salt)
-        if keys is None:
-            ids = token_ids[: n * bs]  # ids the caller may change later: not kept, and keyed only up to the first miss
+        if keys is None:  # ids the caller may change later: not kept, keyed to the first miss
+            ids = token_ids[: n * bs]
             keys = []
             for key in iter_keys(int64_le(ids), bs, salt):
                 if lookup(key) is None:
@@ -372,9 +372,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             blocks.append(block)
         return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
 
-    def _memo_keys(
-        self, ids: Sequence[int], n: int, salt: bytes | None
-    ) -> list[BlockHash] | None:
+    def _memo_keys(self, ids: Sequence[int], n: int, salt: bytes | None) -> list[BlockHash] | None:
         """The keys of the first ``n`` blocks of immutable ids (runs or a tuple), remembered;
         None for ids the caller may change later."""
         name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
