@@ -129,14 +129,17 @@ def _shared(n: int, gap: float, output: int) -> list[RequestSpec]:
     ]
 
 
-def test_a_prefix_caching_queue_runs_in_one_cohort() -> None:
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_a_prefix_caching_queue_runs_in_one_cohort(mode: str) -> None:
     """Thirty requests sharing a prefix, at once, in memory for a few: the scheduler runs only
     the first admission round; every later admission (each hitting the cached prefix), every
-    preemption and every finish happens inside the cohort, and the run equals the
-    reference."""
+    preemption (a swap-out, and its swap-in after a decode) and every finish happens inside
+    the cohort, and the run equals the reference."""
     workload = _shared(30, 0.001, 60)
     kw: dict[str, Any] = {
         "num_gpu_blocks": 30,
+        "num_cpu_blocks": 64,
+        "preemption_mode": mode,
         "max_model_len": 512,
         "watermark": 0.0,
         "prefix_caching": True,
@@ -146,6 +149,7 @@ def test_a_prefix_caching_queue_runs_in_one_cohort() -> None:
     result = engine.run()
     assert calls[0] == 1
     assert sum(r.num_preemptions for r in result.requests) > 0
+    assert (sum(r.num_swaps for r in result.requests) > 0) == (mode == "swap")
     kv = engine.scheduler.kv
     assert isinstance(kv, KVCacheManager)
     assert kv.stats.prefix_hit_tokens > 0
