@@ -4,6 +4,7 @@ in the rounds' order (memory/keyed_growth.py), the whole run equal to the refere
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
@@ -36,7 +37,8 @@ def shared_loads(draw: st.DrawFn) -> list[RequestSpec]:
     """Requests with token ids: a shared prefix (one of three, or none) and their own tokens,
     arriving in bursts (a queue forms); some repeat an earlier request's prompt and outputs id
     for id (decode blocks with keys already cached), some continue an earlier request's
-    prompt and outputs (a waiting prompt that a member's next blocks would complete)."""
+    prompt and outputs (a waiting prompt that a member's next blocks would complete), and a
+    few plan no outputs (their blocks past the prompt get no key)."""
     n = draw(st.integers(2, 24))
     t = 0.0
     specs: list[RequestSpec] = []
@@ -44,9 +46,9 @@ def shared_loads(draw: st.DrawFn) -> list[RequestSpec]:
         t += draw(st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.05, 0.5, 2.0]))
         kind = draw(st.sampled_from(["shared", "shared", "private", "repeat", "continue"]))
         output = draw(st.integers(1, 90))
-        if kind in ("repeat", "continue") and specs:
-            j = draw(st.integers(0, len(specs) - 1))
-            base = specs[j]
+        planned = [s for s in specs if s.output_token_ids is not None]
+        if kind in ("repeat", "continue") and planned:
+            base = draw(st.sampled_from(planned))
             assert isinstance(base.token_ids, TokenRuns)
             assert isinstance(base.output_token_ids, TokenRuns)
             if kind == "repeat":
@@ -66,9 +68,9 @@ def shared_loads(draw: st.DrawFn) -> list[RequestSpec]:
             outs = own_ids(i, own, output)
         if len(ids) + output > MAX_LEN:
             continue
-        specs.append(
-            RequestSpec(len(specs), len(ids), output, t, token_ids=ids, output_token_ids=outs)
-        )
+        unplanned = draw(st.integers(0, 9)) == 0
+        spec = RequestSpec(len(specs), len(ids), output, t, token_ids=ids)
+        specs.append(spec if unplanned else replace(spec, output_token_ids=outs))
     return specs
 
 

@@ -100,8 +100,9 @@ class KeyedGrowthMixin:
             if len(table.block_hashes) != n // self.block_size:
                 raise PagedKVError(f"sequence {seq_id!r}: keys held back")
             if ids is None:
-                if known <= n:
-                    self._lost.add(seq_id)  # (ids ahead: known until they run out)
+                if known > n:  # (appends without ids would keep those ahead, then lose them)
+                    raise PagedKVError(f"sequence {seq_id!r}: its ids run ahead; pass the rest")
+                self._lost.add(seq_id)
             else:
                 final = table.final_len
                 if final is None or len(ids) < final - n:
