@@ -85,6 +85,7 @@ class KeyedGrowthMixin:
         # growers by the key their next full block chains from (None: the root)
         self._parents: dict[BlockHash | None, set[SeqId]] = {}
         self._next_keys: dict[SeqId, BlockHash | None] = {}
+        self._stale: set[SeqId] = set()  # growers whose parent entry lags (filled since)
         self._serial_order = 0
         self._ids_len: dict[SeqId, int] = {}  # a grower's known ids before ``grow`` told more
 
@@ -135,6 +136,7 @@ class KeyedGrowthMixin:
         k = self._keyed.pop(seq_id)
         del self._buckets[k.bucket][seq_id]
         self._next_keys.pop(seq_id, None)
+        self._stale.discard(seq_id)
         if k.parent is not _NONE:
             sharers = self._parents[k.parent]  # type: ignore[index]
             sharers.discard(seq_id)
@@ -154,24 +156,26 @@ class KeyedGrowthMixin:
         bs = self.block_size
         seqs, tables, pool = growth.seqs, self._tables, self.gpu
         lost, tails, buckets = self._lost, self._tails, self._buckets
-        ordered: dict[int, list[tuple[object, int, SeqId]]] = {}  # a bucket's, in order
-
-        def events_of(c: int, kind: int) -> list[tuple[object, int, SeqId]]:
-            got = ordered.get(c * 3 + kind)
-            if got is None:
-                got = ordered[c * 3 + kind] = sorted(
-                    [(o, kind, s) for s, o in buckets[c].items()], key=_first
-                )
-            return got
-
+        # each bucket's growers in order, tagged as they start (_ALLOC) or fill (_FILL) a
+        # block in a round: made when first needed
+        starts: list[list[tuple[object, int, SeqId]] | None] = [None] * bs
+        fills: list[list[tuple[object, int, SeqId]] | None] = [None] * bs
         touched: dict[SeqId, None] = {}
-        keyed: set[SeqId] = set()  # touched ones that filled a block (a new parent key)
+        keyed = self._stale  # touched ones that filled a block: a new parent key
         for i in range(m + 1, d + 1):
+            c = (i - 1) % bs
+            starting = starts[c]
+            if starting is None:
+                got = [(o, _ALLOC, s) for s, o in buckets[c].items()]
+                starting = starts[c] = sorted(got, key=_first) if len(got) > 1 else got
             if bs == 1:
-                events = events_of(0, _ALLOC)
+                events = starting
             else:
-                starting = events_of((i - 1) % bs, _ALLOC)
-                filling = events_of(i % bs, _FILL)
+                c = i % bs
+                filling = fills[c]
+                if filling is None:
+                    got = [(o, _FILL, s) for s, o in buckets[c].items()]
+                    filling = fills[c] = sorted(got, key=_first) if len(got) > 1 else got
                 if starting and filling:
                     events = sorted(starting + filling, key=_first)
                 else:
@@ -210,8 +214,6 @@ class KeyedGrowthMixin:
             grown.append((seq_id, table, tokens))
         tails.grow_all(grown)  # (a grower's last block, if partial, is its own)
         growth.shift(list(touched), tables)
-        for seq_id in keyed:  # its next full block chains from its new last key
-            self._reparent(seq_id, tables[seq_id])
 
     def _reparent(self, seq_id: SeqId, table: BlockTable) -> None:
         k = self._keyed[seq_id]
@@ -342,6 +344,10 @@ class KeyedGrowthMixin:
         keys from the root: a waiting request's, a swapped one's)? A key chains over its
         parent, so a grower's later blocks can give a key of the chain only if its next one
         does: False means no decode round to come adds a key of the chain to the cache."""
+        stale, tables = self._stale, self._tables
+        while stale:  # its next full block chains from its new last key
+            seq_id = stale.pop()
+            self._reparent(seq_id, tables[seq_id])
         parents = self._parents
         if not parents:
             return False

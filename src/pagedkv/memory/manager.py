@@ -393,7 +393,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         """Could the rounds to come of the growing sequences key a block that a lookup of
         ``token_ids`` (a waiting request's prompt), or a swap-in of the swapped sequences
         ``swapped``, would find? (``growth_may_key``; False without prefix caching.)"""
-        if not self._parents:
+        if not self._parents and not self._stale:
             return False
         if token_ids is not None and len(token_ids) >= 2:
             bs = self.block_size
@@ -432,7 +432,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         taken = needed = -(-num_tokens // bs)
         gpu = self.gpu
         total = gpu.num_blocks
-        if token_ids is not None or self._pins:  # (not in the usual simulation)
+        free = gpu.num_free - self._growth.held
+        # (not in the usual simulation; without pins a hit only lowers the blocks taken, so
+        # it is looked up only where the answer without it would be LATER)
+        if self._pins or (token_ids is not None and free - needed < self._watermark_blocks):
             hit = self._hit(num_tokens, token_ids, cache_salt)
             if self._pins:
                 total -= self._pinned_apart(hit.num_computed_tokens)
@@ -441,7 +444,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return _NEVER
-        return _LATER if gpu.num_free - self._growth.held - taken < wm else _OK
+        return _LATER if free - taken < wm else _OK
 
     def never_reason(
         self,
