@@ -151,7 +151,7 @@ class KeyedGrowthMixin:
         growth = self._growth
         d, m = growth.round, self._made
         self._made = d
-        if m >= d or not self._keyed:
+        if m >= d or not self._keyed or self._materialise_at_once(m, d):
             return
         bs = self.block_size
         seqs, tables, pool = growth.seqs, self._tables, self.gpu
@@ -214,6 +214,87 @@ class KeyedGrowthMixin:
             grown.append((seq_id, table, tokens))
         tails.grow_all(grown)  # (a grower's last block, if partial, is its own)
         growth.shift(list(touched), tables)
+
+    def _materialise_at_once(self, m: int, d: int) -> bool:
+        """``_materialise`` of rounds m+1 .. d in one pass, when the order of the rounds cannot
+        matter (``keyed_append``'s blocks-at-once argument): no key a block fills with is in
+        the cache already or made twice, and every grower's ids are known ahead. Then a key's
+        registration touches only a used block and the cache map, so the blocks are taken
+        from the pool in the rounds' order (round, then order key) and the keys registered
+        after. False, changing nothing, otherwise (the replay then runs)."""
+        growth, tables, pool = self._growth, self._tables, self.gpu
+        bs, seqs, buckets = self.block_size, growth.seqs, self._buckets
+        if d - m >= bs:
+            residues: Iterable[int] = range(bs)
+        else:  # buckets (i - 1) % bs and i % bs for i in m+1 .. d
+            residues = {r % bs for r in range(m, d + 1)}
+        lost = self._lost
+        takes: list[tuple[int, object, SeqId]] = []  # (round, order, seq) of each new block
+        keyed: list[tuple[BlockTable, list[BlockHash]]] = []
+        touched: list[SeqId] = []
+        made: set[BlockHash] = set()
+        cached = pool.lookup
+        for c in residues:
+            for seq_id, order in buckets[c].items():
+                join, tokens, room, owed, _, end, _ = seqs[seq_id]
+                lo = m + 1 - join  # its rounds in the window: x = lo .. hi
+                if lo < 1:
+                    lo = 1
+                hi = (d if end < 0 or end > d else end) - join
+                if hi < lo:
+                    continue
+                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs
+                q0 = max(0, -(-(lo - room - 1) // bs))
+                q1 = (hi - room - 1) // bs
+                if owed >= 0 and q1 >= owed:
+                    q1 = owed - 1
+                f0 = max(0 if room >= 1 else 1, -(-(lo - room) // bs))
+                f1 = (hi - room) // bs
+                if q1 < q0 and f1 < f0:
+                    continue
+                if seq_id in lost:
+                    return False
+                touched.append(seq_id)
+                for q in range(q0, q1 + 1):
+                    takes.append((join + room + 1 + q * bs, order, seq_id))
+                table = tables[seq_id]
+                if f1 >= f0 and table.tokens_known:
+                    hashes = table.block_hashes
+                    j0 = len(hashes)
+                    j1 = (tokens + room + f1 * bs) // bs  # blocks full after its last fill
+                    ids = table.token_ids
+                    if type(ids) is TokenRuns:
+                        data = ids.int64_le_of(j0 * bs, j1 * bs)
+                    else:
+                        data = int64_le(ids[j0 * bs : j1 * bs])
+                    keys = chain_keys(data, bs, table.salt, hashes[-1] if j0 else None)
+                    for key in keys:
+                        if key in made or cached(key) is not None:
+                            return False
+                        made.add(key)
+                    keyed.append((table, keys))
+        if not touched:
+            return True
+        takes.sort(key=_take_key)
+        for _, _, seq_id in takes:
+            tables[seq_id].blocks.append(pool.allocate())
+        cache = pool.cache_block
+        for table, keys in keyed:
+            blocks, hashes = table.blocks, table.block_hashes
+            for j, key in enumerate(keys, len(hashes)):
+                cache(blocks[j], key)
+            hashes += keys
+        grown = []
+        for seq_id in touched:
+            table = tables[seq_id]
+            join, tokens = seqs[seq_id][:2]
+            table.num_tokens = tokens + (d - join)
+            self._token_slots += d - join
+            grown.append((seq_id, table, tokens))
+        self._tails.grow_all(grown)
+        growth.shift(touched, tables)
+        self._stale.update(seq_id for seq_id in touched)
+        return True
 
     def _reparent(self, seq_id: SeqId, table: BlockTable) -> None:
         k = self._keyed[seq_id]
@@ -398,3 +479,7 @@ class KeyedGrowthMixin:
 
 def _first(t: tuple[Any, ...]) -> Any:
     return t[0]
+
+
+def _take_key(t: tuple[int, Any, SeqId]) -> tuple[int, Any]:
+    return t[0], t[1]
