@@ -21,9 +21,10 @@ tokens appended in one piece before each event::
 
 Cost per block, not per token or per grower. When no key the rounds fill with is in the cache
 already or made twice, the order of keys against allocations cannot matter (``keyed_append``'s
-argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. A grower touched re-joins growth at round d (its
-table then holds its tokens and blocks); the others stay as they were. The books
-(``Growth``'s closed-form sums) never depended on the order, only the pool does, so
+argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. A grower
+touched goes on growing from round d (``Growth.shift``: its table then holds its tokens and
+blocks; its residue does not change); the others stay as they were. The books (``Growth``'s
+closed-form sums) never depended on the order, only the pool does, so
 ``_materialise`` runs only where the pool is read: a prefix lookup, an allocation with ids, a
 swap, a free, and before anything settles a sequence.
 

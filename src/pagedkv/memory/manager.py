@@ -387,6 +387,21 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             memo[name, n, salt] = keys
         return keys
 
+    def _key_from_memo(self, table: BlockTable, ids: Sequence[int], salt: bytes | None) -> None:
+        """Key the new table's full blocks that its lookup hashed already (the keys memo's),
+        as ``_register_keys`` would key them; it keys the rest."""
+        bs = self.block_size
+        keys = self._memo_keys(ids, (len(ids) - 1) // bs, salt)
+        start = len(table.block_hashes)
+        full = min(table.num_tokens, len(table.token_ids)) // bs
+        if not keys or not table.tokens_known or full <= start:
+            return
+        use = keys[start:full]
+        cache, blocks = self.gpu.cache_block, table.blocks
+        for j, key in enumerate(use, start):
+            cache(blocks[j], key)
+        table.block_hashes += use
+
     def growth_may_hit(
         self, token_ids: Sequence[int] | None = None, swapped: Sequence[SeqId] = ()
     ) -> bool:
@@ -529,6 +544,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             self._token_slots += hit.num_computed_tokens % self.block_size
             self._cow_copies += len(copies)
             self._pending_copies.extend(copies)
+        if self.config.enable_prefix_caching and not self._pins and num_tokens >= 2:
+            self._key_from_memo(table, token_ids[:num_tokens], salt)
         self._register_keys(table)
         if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
             self._prefix_queries += num_tokens
