@@ -231,7 +231,8 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    victim = None if self.keyed else growth_victim()  # short of blocks
+                    short_keyed = self.keyed and kv.grows_keyed
+                    victim = None if short_keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
                     swap_cost = self.cost.swap_time(self._preempt(victim))
@@ -321,12 +322,12 @@ class Cohort:
                 # With prefix caching a short round's victims are freed amid its appends
                 # (``_decode_running``): ``_short_keyed`` runs it so.
                 victim = growth_victim()
-                if self.keyed and victim is not None and not self.prefilling:
+                if self.keyed and kv.grows_keyed:
+                    if victim is None or self.prefilling:
+                        return  # (the scheduler preempts)
                     self._short_keyed()
                     replan = True
                     continue
-                if self.keyed:
-                    return
                 if victim is None:
                     return  # (the scheduler preempts)
                 swaps = self._preempt(victim)

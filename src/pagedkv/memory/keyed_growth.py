@@ -76,6 +76,7 @@ class KeyedGrowthMixin:
     _tables: dict[SeqId, BlockTable]
     _tails: TailBooks
     _token_slots: int
+    _ids_seen: bool
 
     def _register_keys(self, table: BlockTable, limit: int | None = None) -> None:
         raise NotImplementedError
@@ -463,9 +464,9 @@ class KeyedGrowthMixin:
         """The replay's books: every keyed grower grows, sits in its residue's bucket, and the
         pool is made up to no later than the current round."""
         growth = self._growth
-        if not self.config.enable_prefix_caching:
+        if not (self.config.enable_prefix_caching and self._ids_seen):
             if self._keyed:
-                raise IntegrityError("growers in the replay without prefix caching")
+                raise IntegrityError("growers in the replay without prefix caching or ids")
             return
         if self._keyed.keys() != growth.seqs.keys():
             raise IntegrityError("growers under prefix caching missing from the replay")

@@ -126,6 +126,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         self._swapped_in = 0
         self._init_pins()
         self._init_keyed()
+        # Has a table been given token ids under prefix caching? Until then no block has a
+        # key, the order of growth's blocks cannot matter, and growth stays as without it.
+        self._ids_seen = False
 
     # ----- queries -----------------------------------------------------------------------
     @property
@@ -268,7 +271,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         refs = self.gpu.ref_counts
         growth, tables = self._growth, self._tables
         growing = growth.seqs
-        keyed = self.config.enable_prefix_caching
+        keyed = self.config.enable_prefix_caching and self._ids_seen
         for i, seq_id in enumerate(seq_ids):
             if seq_id in growing:
                 continue
@@ -282,6 +285,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
                 self._grow_keyed(seq_id, table, ids, None if order is None else order[i])
             else:
                 growth.add(seq_id, table)
+
+    @property
+    def grows_keyed(self) -> bool:
+        """Do growing sequences key their blocks (prefix caching, and a table with token ids
+        seen)? Then their blocks and keys are made in the rounds' order (``short_round`` for a
+        round short of blocks); otherwise they are taken when read, in any order."""
+        return self._ids_seen and self.config.enable_prefix_caching
 
     def is_growing(self, seq_id: SeqId) -> bool:
         """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
@@ -525,6 +535,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             self._tails.track(seq_id, table)
             return 0
         self._settle_pool()  # a lookup reads cached blocks, which growth may have taken
+        self._ids_seen = True  # (every grower settled then, if none was keyed: _settle_pool)
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
