@@ -62,20 +62,30 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 
 def plain(engine: Engine) -> bool:
-    """May a cohort run? Paged memory, nothing keyed on token ids, no beams (they fork and
-    free every round). Requests may wait or be swapped: the policy's ``plan_round`` says at
-    each event what the next round does with them; a follow-up released by a finish is one
-    more arrival to come (``Engine.next_arrival``). Blocks may be shared by parallel samples
-    (their prompt's), not with a pinned prefix: growth takes private blocks only, and a
-    finish frees what the pool says it frees."""
+    """May a cohort run? Paged memory, nothing keyed on token ids (or prefix caching keys
+    them: ``keyed``), no beams (they fork and free every round). Requests may wait or be
+    swapped: the policy's ``plan_round`` says at each event what the next round does with them;
+    a follow-up released by a finish is one more arrival to come (``Engine.next_arrival``).
+    Blocks may be shared by parallel samples (their prompt's; not under prefix caching) or by
+    prefix hits (``keyed``), not with a pinned prefix: growth takes private blocks only (or a
+    full shared last block), and a finish frees what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_beams
-        and not sched.has_token_ids
+        and (not sched.has_token_ids or keyed(kv))
+        and not (sched.has_groups and keyed(kv))
         and (kv.all_blocks_private or not kv.num_pinned_blocks)
     )
+
+
+def keyed(kv: KVCacheManager) -> bool:
+    """Prefix caching without pinned prefixes: blocks are shared only by prefix hits, and the
+    members' blocks and keys are made in the rounds' order when the pool is read
+    (memory/keyed_growth.py; a member's future ids are its planned outputs)."""
+    config = kv.config
+    return config.enable_prefix_caching and not config.enable_pinned_prefixes
 
 
 def _decodes(req: Request) -> bool:
@@ -121,9 +131,13 @@ class Cohort:
         self.seqs: dict[Request, int] = {}
         self.extra = 0
         # Blocks saved by sharing: constant between events (growth's blocks are private);
-        # with groups it moves at their events, integrated piecewise (``_resaved``).
+        # with groups it moves at their events, integrated piecewise (``_resaved``); with
+        # prefix caching it moves at events (hits, finishes), so its time integral is summed
+        # round by round (``saved_time``).
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
+        self.keyed = keyed(kv)
+        self.by_seq: dict[object, Request] = {}  # (keyed: a member by its sequence)
         # Groups that sampled their first token and fork in their next decode round (a round
         # of its own: ``_fork``); with chunked prefill that round is schedule's (``unforked``:
         # the cohort ends at the next event).
@@ -218,9 +232,10 @@ class Cohort:
                     eng.admit_arrivals()
                     arrival = eng.next_arrival
                     replan = True
-                    # Of ``plain``, an arrival can change only these two (``add_request``
-                    # sets them); without token ids an admission shares no block.
-                    if sched.has_beams or sched.has_token_ids:
+                    # Of ``plain``, an arrival can change only these (``add_request`` sets
+                    # them); without token ids or prefix caching an admission shares no block.
+                    keyed = self.keyed
+                    if sched.has_beams or (sched.has_groups if keyed else sched.has_token_ids):
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 if plan is not None or ((waiting or self.prefilling) and replan):
@@ -235,6 +250,8 @@ class Cohort:
                         self._admission(plan.admitted)
                         plan, replan = None, True
                         continue
+                    if self.keyed and waiting and self._growth_may_hit():
+                        return  # (the engine steps until the key is made)
                     resume = plan.resumes
                     mixed = plan.chunked
                     plan = None
@@ -246,7 +263,8 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    victim = growth_victim()  # short of blocks for the decodes
+                    short_keyed = self.keyed and kv.grows_keyed
+                    victim = None if short_keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
                     swap_cost = self.cost.swap_ticks(self._preempt(victim))
@@ -338,11 +356,21 @@ class Cohort:
                     self._ran(a, ledger.ticks + total if k == 1 else ledger.ticks, curve, k)
                 advance_clock(total)
                 self.windows += 1
+                if self.keyed:
+                    self.saved_time += kv.blocks_saved_by_sharing * total
                 if checked:  # the books hold at every event (tests)
                     self._check()
             preempted = resume = False
             if short:
+                # With prefix caching a short round's victims are freed amid its appends
+                # (``_decode_running``): ``_short_keyed`` runs it so.
                 victim = growth_victim()
+                if self.keyed and kv.grows_keyed:
+                    if victim is None or self.prefilling:
+                        return  # (the scheduler preempts)
+                    self._short_keyed()
+                    replan = True
+                    continue
                 if victim is None:
                     return  # (the scheduler preempts)
                 swaps = self._preempt(victim)
@@ -379,8 +407,25 @@ class Cohort:
                     self.extra += more
                     self.sum_join += d * more
                     self.sum_tokens += req.num_computed_tokens * more
+        elif self.keyed:  # each one's future ids (its planned outputs) and running order
+            seq_ids = [req.seq_ids[0] for req in reqs]  # one sequence each (no groups here)
+            for seq_id, req in zip(seq_ids, reqs, strict=True):
+                self.by_seq[seq_id] = req
+            ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
+            self.kv.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
         else:
             self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
+
+    def _growth_may_hit(self) -> bool:
+        """Could a decode round before the next event key a block that the waiting head's
+        lookup, or the swapped head's swap-in, would find (a prompt that continues a member's
+        tokens)? Its admission or resumption would then get cheaper inside the window: the
+        plan would not hold (``Scheduler.plan_round``)."""
+        sched = self.engine.scheduler
+        head = sched.waiting[0] if sched.waiting else None
+        ids = None if head is None else head.known_token_ids
+        swapped = sched.swapped[0].seq_ids if sched.swapped else ()
+        return self.kv.growth_may_hit(ids, swapped)
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
@@ -416,21 +461,7 @@ class Cohort:
         kv, members = self.kv, self.members
         out = SchedulerOutput()
         while True:
-            member = members.pop(victim, None)
-            if member is None:  # a prompt in chunks: its counters are current
-                self.prefilling.remove(victim)
-            else:
-                join, tokens, outputs, _ = member
-                lag = self.done - join
-                if self.times is not None:
-                    self._stamp(victim, join, outputs, lag)
-                victim.num_computed_tokens = tokens + lag
-                victim.num_output_tokens = outputs + lag
-                self.sum_join -= join
-                self.sum_tokens -= tokens
-                if self.seqs:
-                    self._left(victim, join, tokens)
-            sched.preempt(victim, out)  # (its blocks freed, growth's included)
+            self._leave(victim, out)
             if kv.next_round_fits() or not members:
                 break
             got = sched.growth_victim()
@@ -443,6 +474,67 @@ class Cohort:
             self._check()
         self.victim_swaps = len(out.swap_out)
         return self.victim_swaps
+
+    def _leave(self, victim: Request, out: SchedulerOutput) -> None:
+        """One victim leaves, counters up to date, and is preempted (its blocks freed, or
+        swapped out: growth's included)."""
+        member = self.members.pop(victim, None)
+        if member is None:  # a prompt in chunks: its counters are current
+            self.prefilling.remove(victim)
+        else:
+            join, tokens, outputs, _ = member
+            lag = self.done - join
+            if self.times is not None:
+                self._stamp(victim, join, outputs, lag)
+            victim.num_computed_tokens = tokens + lag
+            victim.num_output_tokens = outputs + lag
+            self.sum_join -= join
+            self.sum_tokens -= tokens
+            if self.seqs:
+                self._left(victim, join, tokens)
+        self.engine.scheduler.preempt(victim, out)
+
+    def _short_keyed(self) -> None:
+        """A decode round short of blocks under prefix caching, as ``_decode_running`` runs
+        it: the members append in running order, and one that finds no free block preempts
+        the latest running request (``growth_victim``) until one is, or it is itself the
+        victim (``KVCacheManager.short_round``: only members that start or fill a block are
+        visited). Priced as a decode of those left, plus the swaps; accounted at the books
+        after it."""
+        sched = self.engine.scheduler
+        out = SchedulerOutput()
+        by_seq = self.by_seq
+
+        def make_room(seq_id: object) -> bool:
+            victim = sched.growth_victim()
+            assert victim is not None, "a policy that preempted one preempts the next"
+            self._leave(victim, out)
+            return victim is not by_seq[seq_id]
+
+        members = self.members
+        self.kv.short_round(make_room)
+        assert members, "the oldest request fits alone"
+        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
+        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        n = len(members)
+        context = self.sum_tokens + n * self.done - self.sum_join
+        duration = self.cost.decode_curve(n, context).sums(1)[0]
+        if out.swap_out:
+            duration += self.cost.swap_ticks(len(out.swap_out))
+        self.done += 1
+        self.windows += 1
+        self.seq_rounds += n
+        self._account(duration, len(sched.running))
+        self.ledger.advance(duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.ticks, None, 1)
+        finishes = self.finishes
+        while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
+            heapq.heappop(finishes)  # a member preempted since
+        if finishes and finishes[0][0] == self.done:
+            self._finish()
+        elif self.engine.check_integrity:
+            self._check()
 
     def _resumed(self, out: SchedulerOutput, n: int, context: int) -> None:
         """The decode round just taken by the ``n`` members' sequences (their tokens before
@@ -544,6 +636,8 @@ class Cohort:
             self.max_running = running
         if sched.has_groups:  # (the round's forks, swaps and copies made)
             self._resaved()
+        if self.keyed:
+            self.saved_time += self.kv.blocks_saved_by_sharing * duration
         self.time += duration
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
@@ -696,7 +790,9 @@ class Cohort:
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
             weighted,
-            self.saved_time + self.saved * (self.time - self.saved_at),
+            self.saved_time
+            if self.keyed
+            else self.saved_time + self.saved * (self.time - self.saved_at),
         )
         self.engine.ledger.add(span)
 

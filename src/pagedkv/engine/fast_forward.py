@@ -98,11 +98,6 @@ class FastForward:
                 self.windows += run.windows
                 self.rounds += run.rounds
             return
-        if self.caches_prefixes and sched.has_queued():
-            # Decoding requests key new blocks every block_size rounds, and a waiting or
-            # swapped request may hit them: its admission or swap-in gets cheaper within what
-            # a window assumes is a run of identical rounds. Step round by round instead.
-            return
         while True:
             if cohort.plain(eng):  # one lazy window through every event to come
                 queued = sched.has_queued()
@@ -113,6 +108,12 @@ class FastForward:
                     return
                 if not queued and sched.has_queued():
                     return  # an arrival into an empty queue: the scheduler may admit it
+            if self.caches_prefixes and sched.has_queued():
+                # Decoding requests key new blocks every block_size rounds, and a waiting or
+                # swapped request may hit them: its admission or swap-in gets cheaper within
+                # what a window assumes is a run of identical rounds (the cohort checks that
+                # it cannot: ``Cohort._growth_may_hit``). Step round by round instead.
+                return
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():
                 return

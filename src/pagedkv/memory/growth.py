@@ -143,6 +143,35 @@ class Growth:
         self.reservation = bs * held - tokens - self.frag
         return lag, taken
 
+    def shift(self, moved: list[SeqId], tables: Mapping[SeqId, BlockTable]) -> None:
+        """Growers whose tables were brought to the current round (their tokens and the
+        blocks they took are in them now): each goes on from here, as ``remove`` then ``add``
+        would leave it. Its residue, the round of its last block and that block's heap entry
+        stay as they were, so only its own fields and the sums move."""
+        bs, d = self.block_size, self.round
+        seqs = self.seqs
+        for seq_id in moved:
+            join, _, room, owed, frag, end, serial = seqs[seq_id]
+            lag = d - join
+            taken = 0
+            if lag > room:
+                taken = (lag - room - 1) // bs + 1
+                if 0 <= owed < taken:
+                    taken = owed
+            self.held -= taken
+            self.sum_join += lag
+            if owed >= 0:
+                if frag and taken == owed:  # its last block is its table's now, frag too
+                    self.frag -= frag
+                    frag = 0
+                owed -= taken
+            table = tables[seq_id]
+            tokens = table.num_tokens
+            grower = (d, tokens, len(table.blocks) * bs - tokens, owed, frag, end, serial)
+            seqs[seq_id] = _new(Grower, grower)
+        self.tokens = tokens = len(seqs) * d - self.sum_join
+        self.reservation = bs * self.held - tokens - self.frag
+
     def rounds_that_fit(self, free: int) -> int | None:
         """How many rounds from now the growers' new blocks fit in ``free`` free blocks (None:
         they take none, however many)."""

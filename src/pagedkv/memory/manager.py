@@ -25,6 +25,7 @@ from pagedkv.memory.eviction import gpu_pool
 from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import AllocStatus, BlockCopy, SeqId
 from pagedkv.memory.keyed_append import KeyedAppendMixin
+from pagedkv.memory.keyed_growth import KeyedGrowthMixin
 from pagedkv.memory.pinned import PinnedPrefixMixin
 from pagedkv.memory.prefix_hash import (
     BlockHash,
@@ -87,12 +88,13 @@ def _to_salt(cache_salt: str | bytes | None) -> bytes | None:
     return cache_salt.encode() if isinstance(cache_salt, str) else cache_salt
 
 
-class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
+class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowthMixin):
     """Paged KV memory: a GPU block pool, a CPU swap pool, one block table per sequence.
 
     Swapping (``swap_out``, ``swap_in`` and their can-halves) lives in ``SwapMixin``; explicit
     pinned prefixes (``register_prefix``, ``take_copies``) in ``PinnedPrefixMixin``; the bulk
-    append under prefix caching in ``KeyedAppendMixin``.
+    append under prefix caching in ``KeyedAppendMixin``; growth under prefix caching (blocks
+    and keys made in the rounds' order when read) in ``KeyedGrowthMixin``.
     """
 
     def __init__(self, config: CacheConfig, gpu: BlockPool | None = None) -> None:
@@ -116,13 +118,17 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         # waiting request is looked up at every step until it is admitted, and once more then,
         # between arrivals' lookups. Keys are a function of the ids and the salt alone, so
         # this holds no state of the books.
-        self._keys_memo: dict[tuple[object, bytes | None], list[BlockHash]] = {}
+        self._keys_memo: dict[tuple[object, int, bytes | None], list[BlockHash]] = {}
         self._prefix_queries = 0
         self._prefix_hits = 0
         self._cow_copies = 0
         self._swapped_out = 0
         self._swapped_in = 0
         self._init_pins()
+        self._init_keyed()
+        # Has a table been given token ids under prefix caching? Until then no block has a
+        # key, the order of growth's blocks cannot matter, and growth stays as without it.
+        self._ids_seen = False
 
     # ----- queries -----------------------------------------------------------------------
     @property
@@ -203,6 +209,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
 
     @property
     def stats(self) -> CacheStats:
+        if self._keyed:  # (the evictions growth owes the pool count)
+            self._materialise()
         return CacheStats(
             num_gpu_blocks=self.gpu.num_blocks,
             num_free_blocks=self.num_free_blocks,
@@ -243,25 +251,48 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         )
 
     # ----- growth in closed form ------------------------------------------------------------
-    def grow(self, seq_ids: Sequence[SeqId]) -> None:
+    def grow(
+        self,
+        seq_ids: Sequence[SeqId],
+        *,
+        token_ids: Sequence[Sequence[int] | None] | None = None,
+        order: Sequence[object] | None = None,
+    ) -> None:
         """From the next round on, each of these sequences gains one token per round (it
         decodes) until it is freed or something reads its blocks: ``advance_rounds`` moves
         them all at once, the books stay exact, and block ids are chosen only when read.
 
-        Each must hold its last block alone with its tokens' ids unknown (no copy-on-write, no
-        prefix key to come; blocks before the last may be shared, as parallel samples share
-        their prompt's); already growing ones go on as they were."""
+        Each must hold its last block alone if it is partial (no copy-on-write to come; blocks
+        before the last may be shared, as parallel samples share their prompt's). Without
+        prefix caching its tokens' ids must be unknown. With it, ``token_ids`` gives each one's
+        ids from its current count to its final length (None where unknown: its keys stop),
+        and ``order`` each one's place within a round (sortable; the caller's running order):
+        blocks and keys are then made when read, as the rounds would have made them
+        (memory/keyed_growth.py). Already growing ones go on as they were."""
         refs = self.gpu.ref_counts
         growth, tables = self._growth, self._tables
         growing = growth.seqs
-        for seq_id in seq_ids:
+        keyed = self.config.enable_prefix_caching and self._ids_seen
+        for i, seq_id in enumerate(seq_ids):
             if seq_id in growing:
                 continue
             table = tables.get(seq_id) or self._gpu_table(seq_id)
             blocks = table.blocks
-            if table.tokens_known or (blocks and refs[blocks[-1]] != 1):
+            shared = blocks and refs[blocks[-1]] != 1 and table.num_tokens % self.block_size
+            if (table.tokens_known and not keyed) or shared:
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
-            growth.add(seq_id, table)
+            if keyed:
+                ids = None if token_ids is None else token_ids[i]
+                self._grow_keyed(seq_id, table, ids, None if order is None else order[i])
+            else:
+                growth.add(seq_id, table)
+
+    @property
+    def grows_keyed(self) -> bool:
+        """Do growing sequences key their blocks (prefix caching, and a table with token ids
+        seen)? Then their blocks and keys are made in the rounds' order (``short_round`` for a
+        round short of blocks); otherwise they are taken when read, in any order."""
+        return self._ids_seen and self.config.enable_prefix_caching
 
     def is_growing(self, seq_id: SeqId) -> bool:
         """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
@@ -294,6 +325,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         growth = self._growth
         if not growth.seqs:
             return
+        if self._keyed:  # under prefix caching: the pool made in the rounds' order first
+            self._settle_keyed(only)
+            if not growth.seqs:
+                return
         growing = growth.seqs
         by_lag: dict[int, list[SeqId]] = {}
         for seq_id in list(growing) if only is None else [s for s in only if s in growing]:
@@ -311,6 +346,15 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         finally:
             growth.seqs = others
 
+    def _settle_pool(self) -> None:
+        """Bring the pool up to date for a read of the pool alone (a lookup, an allocation, a
+        swap-in): under prefix caching the blocks and keys growth owes it are made and the
+        growers go on; otherwise every grower settles."""
+        if self._keyed:
+            self._materialise()
+        else:
+            self._settle()
+
     # ----- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
         self, token_ids: Sequence[int], *, cache_salt: str | bytes | None = None
@@ -322,24 +366,16 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         """
         if not self.config.enable_prefix_caching or len(token_ids) < 2:
             return PrefixHit((), 0)
-        self._settle()  # growth's blocks not chosen yet may be cached free ones
+        self._settle_pool()  # growth's blocks not chosen yet may be cached free ones
         bs = self.block_size
         n = (len(token_ids) - 1) // bs
         salt = _to_salt(cache_salt)
-        ids = token_ids[: n * bs]
         blocks: list[int] = []
         lookup = self.gpu.lookup
         # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
-        name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
-        if name is not None:
-            memo = self._keys_memo
-            keys: Sequence[BlockHash] | None = memo.get((name, salt))
-            if keys is None:
-                keys = hash_blocks(ids, bs, salt)
-                if len(memo) >= _KEYS_MEMO:
-                    del memo[next(iter(memo))]  # the oldest
-                memo[name, salt] = keys
-        else:  # ids the caller may change later: not kept, and keyed only up to the first miss
+        keys: Sequence[BlockHash] | None = self._memo_keys(token_ids, n, salt)
+        if keys is None:  # ids the caller may change later: not kept, keyed to the first miss
+            ids = token_ids[: n * bs]
             keys = []
             for key in iter_keys(int64_le(ids), bs, salt):
                 if lookup(key) is None:
@@ -351,6 +387,58 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
                 break
             blocks.append(block)
         return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
+
+    def _memo_keys(self, ids: Sequence[int], n: int, salt: bytes | None) -> list[BlockHash] | None:
+        """The keys of the first ``n`` blocks of immutable ids (runs or a tuple), remembered;
+        None for ids the caller may change later."""
+        name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
+        if name is None:
+            return None
+        memo = self._keys_memo
+        keys = memo.get((name, n, salt))
+        if keys is None:
+            keys = hash_blocks(ids[: n * self.block_size], self.block_size, salt)
+            if len(memo) >= _KEYS_MEMO:
+                del memo[next(iter(memo))]  # the oldest
+            memo[name, n, salt] = keys
+        return keys
+
+    def _key_from_memo(self, table: BlockTable, ids: Sequence[int], salt: bytes | None) -> None:
+        """Key the new table's full blocks that its lookup hashed already (the keys memo's),
+        as ``_register_keys`` would key them; it keys the rest."""
+        bs = self.block_size
+        keys = self._memo_keys(ids, (len(ids) - 1) // bs, salt)
+        start = len(table.block_hashes)
+        full = min(table.num_tokens, len(table.token_ids)) // bs
+        if not keys or not table.tokens_known or full <= start:
+            return
+        use = keys[start:full]
+        cache, blocks = self.gpu.cache_block, table.blocks
+        for j, key in enumerate(use, start):
+            cache(blocks[j], key)
+        table.block_hashes += use
+
+    def growth_may_hit(
+        self, token_ids: Sequence[int] | None = None, swapped: Sequence[SeqId] = ()
+    ) -> bool:
+        """Could the rounds to come of the growing sequences key a block that a lookup of
+        ``token_ids`` (a waiting request's prompt), or a swap-in of the swapped sequences
+        ``swapped``, would find? (``growth_may_key``; False without prefix caching.)"""
+        if not self._parents and not self._stale:
+            return False
+        if token_ids is not None and len(token_ids) >= 2:
+            bs = self.block_size
+            n = (len(token_ids) - 1) // bs
+            keys = self._memo_keys(token_ids, n, None)
+            if keys is None:
+                keys = hash_blocks(token_ids[: n * bs], bs)
+            if self.growth_may_key(keys):
+                return True
+        for seq_id in swapped:
+            table = self._swapped.get(seq_id)
+            if table is not None and self.growth_may_key(table.block_hashes):
+                return True
+        return False
 
     # ----- admission --------------------------------------------------------------------------
     def can_allocate(
@@ -375,7 +463,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         taken = needed = -(-num_tokens // bs)
         gpu = self.gpu
         total = gpu.num_blocks
-        if token_ids is not None or self._pins:  # (not in the usual simulation)
+        free = gpu.num_free - self._growth.held
+        # (not in the usual simulation; without pins a hit only lowers the blocks taken, so
+        # it is looked up only where the answer without it would be LATER)
+        if self._pins or (token_ids is not None and free - needed < self._watermark_blocks):
             hit = self._hit(num_tokens, token_ids, cache_salt)
             if self._pins:
                 total -= self._pinned_apart(hit.num_computed_tokens)
@@ -384,7 +475,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         wm = self._watermark_blocks
         if total - needed < wm or (final_len is not None and -(-final_len // bs) > total):
             return _NEVER
-        return _LATER if gpu.num_free - self._growth.held - taken < wm else _OK
+        return _LATER if free - taken < wm else _OK
 
     def never_reason(
         self,
@@ -436,6 +527,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
             seq_id, num_tokens, token_ids, final_len, cache_salt
         )
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
+            if self._keyed:  # (the blocks growth owes the pool come off its queue first)
+                self._materialise()
             needed = -(-num_tokens // self.block_size)
             if needed > self.gpu.num_free - self._growth.held:
                 return None
@@ -447,7 +540,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
             self._tables[seq_id] = table
             self._tails.track(seq_id, table)
             return 0
-        self._settle()  # a lookup reads cached blocks, which growth may have taken
+        self._settle_pool()  # a lookup reads cached blocks, which growth may have taken
+        self._ids_seen = True  # (every grower settled then, if none was keyed: _settle_pool)
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
@@ -467,6 +561,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
             self._token_slots += hit.num_computed_tokens % self.block_size
             self._cow_copies += len(copies)
             self._pending_copies.extend(copies)
+        if self.config.enable_prefix_caching and not self._pins and num_tokens >= 2:
+            self._key_from_memo(table, token_ids[:num_tokens], salt)
         self._register_keys(table)
         if self.config.enable_prefix_caching or self.config.enable_pinned_prefixes:
             self._prefix_queries += num_tokens
@@ -492,8 +588,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         newest token yet, as vLLM's async one); a later call keys the rest.
         """
         # Only its own table is read, unless the cache may be (growth's blocks not chosen yet
-        # may be cached free ones): other growing sequences go on.
-        self._settle(None if self.config.enable_prefix_caching or self._pins else (seq_id,))
+        # may be cached free ones; under prefix caching ``_settle`` makes them first): other
+        # growing sequences go on.
+        self._settle(None if self._pins else (seq_id,))
         table = self._gpu_table(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
             num_tokens = as_int("num_tokens", num_tokens, 0)
@@ -685,6 +782,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         """Release every block of ``seq_id`` (GPU or swapped), last block first. A growing
         sequence's blocks not chosen yet were never taken: they stay free."""
         growth = self._growth
+        if self._keyed:  # the queue it frees into must be the rounds' first (keyed_growth)
+            self._settle((seq_id,))
         if growth.seqs:
             grower = growth.seqs.pop(seq_id, None)
             if grower is not None:
@@ -704,6 +803,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin):
         """Recompute the books from the tables and compare; raise IntegrityError on any gap
         (growing sequences: their sums from each one's state, their tables as of their join)."""
         self._growth.check(self._tables)
+        self._check_keyed()
         if self._growth.held > self.gpu.num_free:
             held = self._growth.held
             raise IntegrityError(f"growth holds {held} blocks; the pool has fewer free")

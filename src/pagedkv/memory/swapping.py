@@ -64,12 +64,15 @@ class SwapMixin:
     def num_free_blocks(self) -> int:
         raise NotImplementedError
 
+    def _settle_pool(self) -> None:
+        raise NotImplementedError
+
     def _settle_for_swap_in(self) -> None:
         """A swap-in reads no growing sequence's blocks, only how many are free, unless a
         cached block may stand in for a CPU one (growth's blocks not chosen yet may be
         cached free ones)."""
         if self._ids_read:  # (prefix caching or pinned prefixes)
-            self._settle()
+            self._settle_pool()
 
     def _register_keys(self, table: BlockTable) -> None:
         raise NotImplementedError

@@ -101,6 +101,8 @@ class TokenRuns(Sequence[int]):
     def _slice(self, start: int, stop: int) -> TokenRuns:
         if stop <= start:
             return _EMPTY
+        if start == 0 and stop == self._len:  # all of it (a prompt's known ids): immutable
+            return self
         runs = self._runs
         last = runs[-1]
         if start >= self._len - len(last):  # within the last run (a table's newest ids)
