@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from pagedkv.engine.policies import SCHEDULERS
@@ -205,5 +205,28 @@ def check(flat: Flat) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(flat=configs())
+# Found by this test: under prefix caching a prompt's chunk appended beside the cohort's
+# members settled every grower, so the members' memory stopped growing mid-cohort.
+@example(
+    flat={
+        "workload": "alpaca-like",
+        "seed": 0,
+        "num_requests": 3,
+        "max_model_len": 16,
+        "scheduler": "reserve",
+        "block_size": 16,
+        "num_gpu_blocks": 2,
+        "swap_space": 0.0,
+        "watermark": 0.0,
+        "cost_model": "unit",
+        "max_num_seqs": 3,
+        "preemption_mode": "recompute",
+        "group_preemption_mode": "recompute",
+        "enable_prefix_caching": True,
+        "eviction_policy": "lru",
+        "enable_chunked_prefill": True,
+        "max_num_batched_tokens": 17,
+    }
+)
 def test_a_config_is_refused_or_runs_whole_and_fast_equals_reference(flat: Flat) -> None:
     check(flat)
