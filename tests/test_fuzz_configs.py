@@ -228,5 +228,25 @@ def check(flat: Flat) -> None:
         "max_num_batched_tokens": 17,
     }
 )
+# Found by this test: with pinned prefixes on (and nothing shared), a swap-in settled every
+# growing sequence, so the cohort's members stopped growing.
+@example(
+    flat={
+        "workload": "lesson",
+        "seed": 0,
+        "num_requests": None,
+        "max_model_len": 48,
+        "scheduler": "vllm",
+        "block_size": 1,
+        "num_gpu_blocks": 48,
+        "swap_space": 4.0,
+        "watermark": 0.0,
+        "cost_model": "unit",
+        "max_num_seqs": 3,
+        "preemption_mode": "swap",
+        "group_preemption_mode": "recompute",
+        "enable_pinned_prefixes": True,
+    }
+)
 def test_a_config_is_refused_or_runs_whole_and_fast_equals_reference(flat: Flat) -> None:
     check(flat)

@@ -69,9 +69,10 @@ class SwapMixin:
 
     def _settle_for_swap_in(self) -> None:
         """A swap-in reads no growing sequence's blocks, only how many are free, unless a
-        cached block may stand in for a CPU one (growth's blocks not chosen yet may be
-        cached free ones)."""
-        if self._ids_read:  # (prefix caching or pinned prefixes)
+        cached free block may stand in for a CPU one (under prefix caching: growth's blocks
+        not chosen yet may be cached free ones). A pinned prefix's blocks are never free, so
+        growth never takes them: pinned prefixes alone need nothing brought up to date."""
+        if self.config.enable_prefix_caching:
             self._settle_pool()
 
     def _register_keys(self, table: BlockTable) -> None:
