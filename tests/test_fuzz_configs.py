@@ -248,5 +248,26 @@ def check(flat: Flat) -> None:
         "enable_pinned_prefixes": True,
     }
 )
+# Found by this test: under prefix caching with no token ids, a swap-in settled every growing
+# sequence though nothing could be cached.
+@example(
+    flat={
+        "workload": "alpaca-like",
+        "seed": 0,
+        "num_requests": 14,
+        "max_model_len": 16,
+        "scheduler": "vllm",
+        "block_size": 1,
+        "num_gpu_blocks": 18,
+        "swap_space": 4.0,
+        "watermark": 0.0,
+        "cost_model": "unit",
+        "max_num_seqs": 3,
+        "preemption_mode": "swap",
+        "group_preemption_mode": "recompute",
+        "enable_prefix_caching": True,
+        "eviction_policy": "lru",
+    }
+)
 def test_a_config_is_refused_or_runs_whole_and_fast_equals_reference(flat: Flat) -> None:
     check(flat)

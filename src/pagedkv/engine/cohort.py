@@ -137,6 +137,11 @@ class Cohort:
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
         self.keyed = keyed(kv)
+        # Under prefix caching the first allocation with token ids starts the cache, and every
+        # grower then takes what it is owed and stops (``KVCacheManager.allocate``): a cohort
+        # runs only once that has happened or while no request has ids (an arrival with the
+        # first ends it).
+        self.ids = engine.scheduler.has_token_ids
         self.by_seq: dict[object, Request] = {}  # (keyed: a member by its sequence)
         # Groups that sampled their first token and fork in their next decode round (a round
         # of its own: ``_fork``); with chunked prefill that round is schedule's (``unforked``:
@@ -180,6 +185,8 @@ class Cohort:
         eng.admit_arrivals()  # (what the engine's next round does first)
         if not plain(eng):
             return False
+        if self.ids and self.keyed and not self.kv.grows_keyed:
+            return False  # (a request with ids not allocated yet: its allocation settles all)
         decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
         chunked = sched.config.enable_chunked_prefill
         if sched.has_groups and chunked and any(len(r.seq_ids) < r.n for r in decoding):
@@ -236,6 +243,8 @@ class Cohort:
                     # them); without token ids or prefix caching an admission shares no block.
                     keyed = self.keyed
                     if sched.has_beams or (sched.has_groups if keyed else sched.has_token_ids):
+                        return
+                    if sched.has_token_ids != self.ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 if plan is not None or ((waiting or self.prefilling) and replan):

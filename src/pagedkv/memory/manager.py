@@ -352,7 +352,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         growers go on; otherwise every grower settles."""
         if self._keyed:
             self._materialise()
-        else:
+        elif self._ids_seen or self._pins:  # (no ids seen: no block is keyed, none cached)
             self._settle()
 
     # ----- prefix cache ---------------------------------------------------------------------
@@ -540,8 +540,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             self._tables[seq_id] = table
             self._tails.track(seq_id, table)
             return 0
-        self._settle_pool()  # a lookup reads cached blocks, which growth may have taken
-        self._ids_seen = True  # (every grower settled then, if none was keyed: _settle_pool)
+        # A lookup reads cached blocks, which growth may have taken; the first ids seen start
+        # the cache: every grower takes what it is owed before (none was keyed).
+        if self._ids_seen:
+            self._settle_pool()
+        else:
+            self._settle()
+        self._ids_seen = True
         hit = self._hit(num_tokens, token_ids, cache_salt)
         if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
             return None
