@@ -50,7 +50,7 @@ def search_steps(total: Callable[[int], int], duration: int) -> int:
     lo, hi = 0, 1  # invariant: total(lo) < duration
     while total(hi) < duration:
         lo, hi = hi, 2 * hi
-        if hi > 2**100:  # (more steps than any clock holds: a step of one tick, 10^12 years)
+        if hi > 2**100:  # (one-tick steps for 1.3e12 s: more than any clock holds)
             raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
     while hi - lo > 1:
         mid = (lo + hi) // 2
