@@ -45,8 +45,9 @@ from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.ledger import Span
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.errors import IntegrityError
+from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -70,11 +71,27 @@ def plain(engine: Engine) -> bool:
     finish frees what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
+    if isinstance(kv, ContiguousAllocator):
+        return _plain_regions(sched)
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_beams
         and not sched.has_token_ids
         and (kv.all_blocks_private or not kv.num_pinned_blocks)
+    )
+
+
+def _plain_regions(sched: Scheduler) -> bool:
+    """``plain`` on contiguous memory: decoding sequences grow inside their regions
+    (``ContiguousAllocator.grow``), so a policy that plans its rounds (``plan_round``) and frees
+    a request's region when it finishes (not ``static``, which holds it to its batch's end)
+    runs in a cohort; no beams, no token ids (those paths are paged memory's)."""
+    cls = type(sched)
+    return (
+        cls.plan_round is not Scheduler.plan_round
+        and cls.finish is Scheduler.finish
+        and not sched.has_beams
+        and not sched.has_token_ids
     )
 
 
@@ -102,13 +119,17 @@ class Cohort:
 
     def __init__(self, engine: Engine, cost: CostModel, prices: dict[object, int]) -> None:
         kv = engine.scheduler.kv
-        assert isinstance(kv, KVCacheManager), "plain() admits paged memory only"
+        assert isinstance(kv, (KVCacheManager, ContiguousAllocator)), "as plain() admits"
         self.engine = engine
         self.ledger = engine.ledger
         self.cost = cost
         self.prices = prices  # admission rounds' durations by shape (``_duration``)
-        self.kv = kv
+        self.kv: KVCacheManager | ContiguousAllocator = kv
         self.bs = kv.block_size
+        # Contiguous memory: the placement's rounding (fixed between admissions and finishes)
+        # integrated over the rounds, as the windows' and the reference's spans do.
+        self.regions = kv if isinstance(kv, ContiguousAllocator) else None
+        self.rounding_time = 0  # (ticks x slots)
         self.done = 0  # decode rounds run
         self.members: dict[Request, Member] = {}
         # (round, arrival key, req, member): a heap; an entry whose member left (preempted)
@@ -325,6 +346,8 @@ class Cohort:
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
+                if self.regions is not None:
+                    self.rounding_time += total * self.regions.allocator_rounding
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
@@ -546,6 +569,8 @@ class Cohort:
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
         self.internal_time += duration * internal
+        if self.regions is not None:
+            self.rounding_time += duration * self.regions.allocator_rounding
         if sched.waiting or sched.swapped:  # its unallocated slots are external fragmentation
             self.wait_time += duration
             self.wait_alloc += duration * alloc
@@ -612,6 +637,7 @@ class Cohort:
         samples takes a block: a new one, or (a shared partial last block) a copy but the
         last (``can_append_all``). Then no one is short and no order of appends matters."""
         bs = self.bs
+        assert isinstance(self.kv, KVCacheManager), "groups run on paged memory only"
         need = sum([r.n - 1 if r.num_computed_tokens % bs else r.n for r in self.forking])
         if need > self.kv.num_free_blocks:
             return False
@@ -695,6 +721,7 @@ class Cohort:
             self.max_running,
             weighted,
             self.saved_time + self.saved * (self.time - self.saved_at),
+            self.rounding_time,
         )
         self.engine.ledger.add(span)
 

@@ -10,7 +10,9 @@ fixed slots.
 
 The iteration structure is the vllm policy's (so a comparison isolates the memory manager);
 a reservation always covers the request's final length, so growth never fails and nothing is
-preempted.
+preempted. Without chunked prefill a round's plan reads only the waiting queue, the running
+count and the address space (``plan_round``), so the decode cohort runs these policies between
+events.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig
-from pagedkv.engine.scheduler import Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
 
@@ -51,6 +53,22 @@ class ContiguousScheduler(Scheduler):
             reservation=cls.reservation,
             block_size=cache.block_size,
         )
+
+    def plan_round(self) -> RoundPlan | None:
+        """Without chunked prefill: ``schedule`` first admits the waiting prompts
+        first-come-first-served (allocated now); if any fit, the round is prefill-only, else it
+        decodes every running request (inside their regions: none is ever short). The
+        admission test reads the running count and the address space's holes, which growth
+        inside regions never changes. None for a class whose rounds or admission test are not
+        these (``static``'s batches), and under chunked prefill."""
+        cls = type(self)
+        mirrored = all(getattr(cls, m) is getattr(ContiguousScheduler, m) for m in _MIRRORED)
+        if not mirrored or self.has_beams or self.config.enable_chunked_prefill:
+            return None
+        out = SchedulerOutput()
+        if self.waiting:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+        return RoundPlan(out, not out.chunks)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -106,3 +124,7 @@ class FirstFitOracle(ContiguousScheduler):
     name = "firstfit-oracle"
     placement = Placement.FIRST_FIT
     reservation = Reservation.ORACLE
+
+
+# What ``plan_round`` restates of a round: a class that changes any of them plans none.
+_MIRRORED = ("schedule", "finish", "_can_admit", "_admit_waiting", "_decode_running")

@@ -1,0 +1,134 @@
+"""The decode cohort on contiguous memory: sequences grow inside their regions, admissions at
+events, equal to stepping every round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+from pagedkv.engine import cohort
+from pagedkv.engine.cost_model import UnitCost
+from pagedkv.engine.fast_forward import FastForward
+from pagedkv.engine.metrics import request_record
+from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.policies.contiguous import ContiguousScheduler
+from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.memory.contiguous import ContiguousAllocator
+from pagedkv.workloads.spec import RequestSpec
+from tests.engine.test_cohort import count_schedules, loads
+from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
+from tests.factories import make_engine
+
+CONTIGUOUS = sorted(n for n, c in SCHEDULERS.items() if issubclass(c, ContiguousScheduler))
+# Those that plan their rounds (``static`` holds finished requests' regions to its batch's end).
+PLANNING = [n for n in CONTIGUOUS if n != "static"]
+
+
+def queues() -> st.SearchStrategy[list[RequestSpec]]:
+    """Bursts that queue in a small address space, and arrivals far apart (idle gaps)."""
+    return loads((2, 30), [0.0, 0.0, 0.0, 0.005, 0.05, 0.5, 3.0], 100)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    workload=queues(),
+    scheduler=st.sampled_from(CONTIGUOUS),
+    slots=st.integers(256, 1400),
+    max_num_seqs=st.sampled_from([None, None, 3]),
+    unit=st.booleans(),
+    token_times=st.booleans(),
+)
+def test_contiguous_cohorts_equal_the_reference(
+    workload: list[RequestSpec],
+    scheduler: str,
+    slots: int,
+    max_num_seqs: int | None,
+    unit: bool,
+    token_times: bool,
+) -> None:
+    """Every contiguous policy, queues that last (the address space holds a few regions) and
+    a cap on running requests: the whole run (summary with the allocator's rounding, every
+    request) equals the reference; integrity is checked at every event (``make_engine``)."""
+    both_equal(
+        workload,
+        UnitCost() if unit else ROOFLINE,
+        scheduler,
+        1,
+        slots,
+        "recompute",
+        max_model_len=256,
+        max_num_seqs=max_num_seqs,
+        token_times=token_times,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(workload=queues(), scheduler=st.sampled_from(PLANNING), slots=st.integers(256, 1400))
+def test_contiguous_plans_keep_their_promises(
+    workload: list[RequestSpec], scheduler: str, slots: int
+) -> None:
+    """Stepping every round with ``plan_round``'s admissions in place of ``schedule``'s when it
+    plans some gives the same run; where it plans a decode, ``schedule`` admits nobody and
+    every running request decodes once."""
+    kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": slots, "max_model_len": 256}
+    engine = make_engine(scheduler, workload, cost=ROOFLINE, reference=True, **kw)
+    sched = engine.scheduler
+    schedule = sched.schedule
+
+    def planned() -> SchedulerOutput:
+        before = list(sched.running)
+        plan = sched.plan_round()
+        assert plan is not None
+        if not plan.decodes:
+            return plan.admitted
+        out = schedule()
+        assert [c.request for c in out.chunks] == before
+        assert all(c.num_new_tokens == 1 for c in out.chunks)
+        return out
+
+    sched.schedule = planned  # type: ignore[method-assign]
+    result = engine.run()
+    ref = run(True, workload, ROOFLINE, scheduler=scheduler, **kw)
+    same(ref[1], [request_record(r) for r in result.requests])
+    same(ref[2:4], (result.deadlocked, result.stuck))
+
+
+@pytest.mark.parametrize("scheduler", ["orca-oracle", "orca-max", "firstfit-pow2"])
+def test_a_contiguous_queue_runs_in_one_cohort(
+    scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty requests at once into space for a few regions: the scheduler runs only the first
+    admission round and the first decode round (after which the cohort starts: these policies
+    promise no ``decodes_next``); every later admission happens inside the cohort, the windows
+    path is never taken, and the run equals the reference."""
+
+    def no_window(self: FastForward) -> str | None:
+        raise AssertionError("the windows path ran")
+
+    workload = [RequestSpec(i, 20 + i % 7, 30 + 11 * i, 0.0) for i in range(40)]
+    kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": 2048, "max_model_len": 512}
+    ref = run(True, workload, ROOFLINE, scheduler=scheduler, **kw)
+    monkeypatch.setattr(FastForward, "_window", no_window)
+    engine = make_engine(scheduler, workload, cost=ROOFLINE, **kw)
+    assert isinstance(engine.scheduler.kv, ContiguousAllocator)
+    calls = count_schedules(engine)
+    result = engine.run()
+    assert calls[0] == 2
+    assert max(r.admitted_time or 0.0 for r in result.requests) > 0  # (a queue formed)
+    fast = run(False, workload, ROOFLINE, scheduler=scheduler, **kw)
+    same(ref[:4], fast[:4])
+
+
+def test_only_policies_that_plan_and_free_at_finish_take_the_cohort() -> None:
+    """``plain`` admits contiguous memory for a policy that plans its rounds and frees a region
+    at its request's finish; ``static`` frees its batch's regions at the batch's end and plans
+    nothing (its rounds are its own): it takes the windows path."""
+    workload = [RequestSpec(i, 10, 5 + 7 * i, 0.0) for i in range(6)]
+    for scheduler in CONTIGUOUS:
+        engine = make_engine(scheduler, workload, cost=ROOFLINE, block_size=1, num_gpu_blocks=1024)
+        engine.admit_arrivals()
+        assert cohort.plain(engine) == (scheduler != "static")
+        assert (engine.scheduler.plan_round() is None) == (scheduler == "static")
