@@ -20,9 +20,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.request import Request
 from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
+from pagedkv.memory.interface import KVAllocator
 
 
 class ContiguousScheduler(Scheduler):
@@ -34,6 +36,17 @@ class ContiguousScheduler(Scheduler):
     # running group half forked and stuck, so groups are refused (they run as n requests).
     supports_groups = False
     decides_at_events = True  # tested fast against reference (tests/engine)
+
+    def __init__(self, config: SchedulerConfig, kv: KVAllocator) -> None:
+        super().__init__(config, kv)
+        # Are the rounds those of this class's ``schedule``, which ``plan_round`` restates?
+        cls = type(self)
+        self._rounds_mirrored = all(
+            getattr(cls, m) is getattr(ContiguousScheduler, m) for m in _MIRRORED
+        )
+        self.regions = kv if isinstance(kv, ContiguousAllocator) else None
+        # The last refused head: (it, running count, its pending tokens, free slots then).
+        self._refused: tuple[Request, int, int, int] | None = None
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> ContiguousAllocator:
@@ -60,14 +73,27 @@ class ContiguousScheduler(Scheduler):
         decodes every running request (inside their regions: none is ever short). The
         admission test reads the running count and the address space's holes, which growth
         inside regions never changes. None for a class whose rounds or admission test are not
-        these (``static``'s batches), and under chunked prefill."""
-        cls = type(self)
-        mirrored = all(getattr(cls, m) is getattr(ContiguousScheduler, m) for m in _MIRRORED)
-        if not mirrored or self.has_beams or self.config.enable_chunked_prefill:
+        these (``static``'s batches), and under chunked prefill.
+
+        A head refused at the last plan is refused again without a test while the running
+        count, its pending tokens and the free slots are as then: until the head is admitted
+        (first-come-first-served) the space changes only by frees, each of which adds free
+        slots, so the same free slots mean the same holes."""
+        regions = self.regions
+        if regions is None or not self._rounds_mirrored:
+            return None
+        if self.has_beams or self.config.enable_chunked_prefill:
             return None
         out = SchedulerOutput()
-        if self.waiting:
-            self._admit_waiting(out, self.config.token_budget, chunked=False)
+        if not self.waiting:
+            return RoundPlan(out, True)
+        head = self.waiting[0]
+        state = (len(self.running), head.num_pending_tokens, regions.num_free_slots)
+        refused = self._refused
+        if refused is not None and refused[0] is head and refused[1:] == state:
+            return RoundPlan(out, True)
+        self._admit_waiting(out, self.config.token_budget, chunked=False)
+        self._refused = None if out.chunks else (head, *state)
         return RoundPlan(out, not out.chunks)
 
     def schedule(self) -> SchedulerOutput:
