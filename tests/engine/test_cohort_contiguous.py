@@ -40,6 +40,7 @@ def queues() -> st.SearchStrategy[list[RequestSpec]]:
     max_num_seqs=st.sampled_from([None, None, 3]),
     unit=st.booleans(),
     token_times=st.booleans(),
+    budget=st.sampled_from([None, 16, 17, 40, 64]),
 )
 def test_contiguous_cohorts_equal_the_reference(
     workload: list[RequestSpec],
@@ -48,10 +49,13 @@ def test_contiguous_cohorts_equal_the_reference(
     max_num_seqs: int | None,
     unit: bool,
     token_times: bool,
+    budget: int | None,
 ) -> None:
-    """Every contiguous policy, queues that last (the address space holds a few regions) and
-    a cap on running requests: the whole run (summary with the allocator's rounding, every
-    request) equals the reference; integrity is checked at every event (``make_engine``)."""
+    """Every contiguous policy, queues that last (the address space holds a few regions), a
+    cap on running requests, and chunked prefill (``budget``; prompts over it among them):
+    the whole run (summary with the allocator's rounding, every request) equals the reference;
+    integrity is checked at every event (``make_engine``)."""
+    chunked = budget is not None and scheduler != "static"  # (static's rounds are unchunked)
     both_equal(
         workload,
         UnitCost() if unit else ROOFLINE,
@@ -60,20 +64,30 @@ def test_contiguous_cohorts_equal_the_reference(
         slots,
         "recompute",
         max_model_len=256,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=max_num_seqs if max_num_seqs or not chunked else budget,
         token_times=token_times,
+        chunked=chunked,
+        max_num_batched_tokens=budget if chunked else None,
     )
 
 
-@settings(max_examples=60, deadline=None)
-@given(workload=queues(), scheduler=st.sampled_from(PLANNING), slots=st.integers(256, 1400))
+@settings(max_examples=80, deadline=None)
+@given(
+    workload=queues(),
+    scheduler=st.sampled_from(PLANNING),
+    slots=st.integers(256, 1400),
+    budget=st.sampled_from([None, 16, 17, 40]),
+)
 def test_contiguous_plans_keep_their_promises(
-    workload: list[RequestSpec], scheduler: str, slots: int
+    workload: list[RequestSpec], scheduler: str, slots: int, budget: int | None
 ) -> None:
     """Stepping every round with ``plan_round``'s admissions in place of ``schedule``'s when it
     plans some gives the same run; where it plans a decode, ``schedule`` admits nobody and
-    every running request decodes once."""
+    every running request decodes once; a chunked plan's round, the decodes then ``fill``,
+    is ``schedule``'s."""
     kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": slots, "max_model_len": 256}
+    if budget is not None:
+        kw |= {"chunked": True, "max_num_batched_tokens": budget, "max_num_seqs": budget}
     engine = make_engine(scheduler, workload, cost=ROOFLINE, reference=True, **kw)
     sched = engine.scheduler
     schedule = sched.schedule
@@ -84,6 +98,12 @@ def test_contiguous_plans_keep_their_promises(
         assert plan is not None
         if not plan.decodes:
             return plan.admitted
+        if plan.chunked:  # the decodes as ``schedule`` makes them, then ``fill``
+            out = SchedulerOutput()
+            sched._decode_running(out)
+            decoded = [c.request for c in out.chunks]
+            sched.fill(out, [r for r in sched.running if r not in decoded], decoded)
+            return out
         out = schedule()
         assert [c.request for c in out.chunks] == before
         assert all(c.num_new_tokens == 1 for c in out.chunks)
@@ -96,27 +116,32 @@ def test_contiguous_plans_keep_their_promises(
     same(ref[2:4], (result.deadlocked, result.stuck))
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("scheduler", ["orca-oracle", "orca-max", "firstfit-pow2"])
 def test_a_contiguous_queue_runs_in_one_cohort(
-    scheduler: str, monkeypatch: pytest.MonkeyPatch
+    scheduler: str, chunked: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Forty requests at once into space for a few regions: the scheduler runs only the first
     admission round and the first decode round (after which the cohort starts: these policies
-    promise no ``decodes_next``); every later admission happens inside the cohort, the windows
-    path is never taken, and the run equals the reference."""
+    promise no ``decodes_next``; with chunked prefill the cohort starts after the first, a
+    round that is not a decode, whose policy fills chunked rounds); every later admission
+    happens inside the cohort, the windows path is never taken, and the run equals the
+    reference."""
 
     def no_window(self: FastForward) -> str | None:
         raise AssertionError("the windows path ran")
 
     workload = [RequestSpec(i, 20 + i % 7, 30 + 11 * i, 0.0) for i in range(40)]
     kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": 2048, "max_model_len": 512}
+    if chunked:
+        kw |= {"chunked": True, "max_num_batched_tokens": 64, "max_num_seqs": 64}
     ref = run(True, workload, ROOFLINE, scheduler=scheduler, **kw)
     monkeypatch.setattr(FastForward, "_window", no_window)
     engine = make_engine(scheduler, workload, cost=ROOFLINE, **kw)
     assert isinstance(engine.scheduler.kv, ContiguousAllocator)
     calls = count_schedules(engine)
     result = engine.run()
-    assert calls[0] == 2
+    assert calls[0] == (1 if chunked else 2)
     assert max(r.admitted_time or 0.0 for r in result.requests) > 0  # (a queue formed)
     fast = run(False, workload, ROOFLINE, scheduler=scheduler, **kw)
     same(ref[:4], fast[:4])

@@ -27,8 +27,7 @@ its finish) the decode cohort (``cohort.py``) runs from here through every event
 per-token times and forked parallel samples included. The windows here (``_window``, one per
 event, visiting every running request) serve only what it cannot:
 
-* contiguous memory under ``static`` (a batch's regions held to its end) and under chunked
-  prefill (the contiguous policies plan no chunked round);
+* contiguous memory under ``static`` (a batch's regions held to its end: it plans no round);
 * token ids (prefix caching; a window keys the blocks it fills), groups among them;
 * a block shared with a pinned prefix;
 * a queue, or a chunked round, under a policy that plans no round (``Scheduler.plan_round``,

@@ -10,13 +10,14 @@ fixed slots.
 
 The iteration structure is the vllm policy's (so a comparison isolates the memory manager);
 a reservation always covers the request's final length, so growth never fails and nothing is
-preempted. Without chunked prefill a round's plan reads only the waiting queue, the running
-count and the address space (``plan_round``), so the decode cohort runs these policies between
-events.
+preempted. A round's plan reads only the waiting queue, the running count and the address
+space (``plan_round``; with chunked prefill ``fill``, which reads the prompts in chunks too), so
+the decode cohort runs these policies between events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig
@@ -73,18 +74,19 @@ class ContiguousScheduler(Scheduler):
         decodes every running request (inside their regions: none is ever short). The
         admission test reads the running count and the address space's holes, which growth
         inside regions never changes. None for a class whose rounds or admission test are not
-        these (``static``'s batches), and under chunked prefill.
+        these (``static``'s batches). With chunked prefill: a decode of every running request
+        that decodes, then ``fill``'s part.
 
         A head refused at the last plan is refused again without a test while the running
         count, its pending tokens and the free slots are as then: until the head is admitted
         (first-come-first-served) the space changes only by frees, each of which adds free
         slots, so the same free slots mean the same holes."""
         regions = self.regions
-        if regions is None or not self._rounds_mirrored:
-            return None
-        if self.has_beams or self.config.enable_chunked_prefill:
+        if regions is None or not self._rounds_mirrored or self.has_beams:
             return None
         out = SchedulerOutput()
+        if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
+            return RoundPlan(out, True, chunked=True)
         if not self.waiting:
             return RoundPlan(out, True)
         head = self.waiting[0]
@@ -95,6 +97,22 @@ class ContiguousScheduler(Scheduler):
         self._admit_waiting(out, self.config.token_budget, chunked=False)
         self._refused = None if out.chunks else (head, *state)
         return RoundPlan(out, not out.chunks)
+
+    def fill(
+        self,
+        out: SchedulerOutput,
+        prefilling: Sequence[Request],
+        decoded: Collection[Request],
+        preempted: bool = False,
+    ) -> None:
+        """A chunked ``schedule`` after its decodes (``decoded``, one token each, inside their
+        regions): prefill chunks of ``prefilling`` (the other running requests, in running
+        order), then admissions, in what is left of the budget. It reads no decoded request;
+        nothing is ever preempted here (a region holds its request's final length)."""
+        budget = self.config.token_budget
+        used = len(decoded)
+        used += self._prefill_running(out, budget - used, prefilling)
+        self._admit_waiting(out, budget - used, chunked=True)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -153,4 +171,12 @@ class FirstFitOracle(ContiguousScheduler):
 
 
 # What ``plan_round`` restates of a round: a class that changes any of them plans none.
-_MIRRORED = ("schedule", "finish", "_can_admit", "_admit_waiting", "_decode_running")
+_MIRRORED = (
+    "schedule",
+    "fill",
+    "finish",
+    "_can_admit",
+    "_admit_waiting",
+    "_decode_running",
+    "_prefill_running",
+)
