@@ -23,7 +23,7 @@ from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.factories import make_engine
 
 CONTIGUOUS = sorted(n for n, c in SCHEDULERS.items() if issubclass(c, ContiguousScheduler))
-# Those that plan their rounds (``static`` holds finished requests' regions to its batch's end).
+# Those whose rounds are the vllm-like ones (``static``'s are its batches').
 PLANNING = [n for n in CONTIGUOUS if n != "static"]
 
 
@@ -147,13 +147,34 @@ def test_a_contiguous_queue_runs_in_one_cohort(
     same(ref[:4], fast[:4])
 
 
-def test_only_policies_that_plan_and_free_at_finish_take_the_cohort() -> None:
-    """``plain`` admits contiguous memory for a policy that plans its rounds and frees a region
-    at its request's finish; ``static`` frees its batch's regions at the batch's end and plans
-    nothing (its rounds are its own): it takes the windows path."""
+def test_every_contiguous_policy_takes_the_cohort() -> None:
+    """``plain`` admits contiguous memory for every built-in contiguous policy: each plans its
+    rounds (``static`` while its batch forms, then decodes; it holds finished requests' regions
+    to the batch's end, where they stop growing)."""
     workload = [RequestSpec(i, 10, 5 + 7 * i, 0.0) for i in range(6)]
     for scheduler in CONTIGUOUS:
         engine = make_engine(scheduler, workload, cost=ROOFLINE, block_size=1, num_gpu_blocks=1024)
         engine.admit_arrivals()
-        assert cohort.plain(engine) == (scheduler != "static")
-        assert (engine.scheduler.plan_round() is None) == (scheduler == "static")
+        assert cohort.plain(engine)
+        assert engine.scheduler.plan_round() is not None
+
+
+def test_static_batches_run_in_one_cohort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches one after another: the scheduler runs the first batch's admission and first
+    decode round; each later batch forms, decodes and ends inside the cohort (finished
+    requests' regions held to their batch's end), never in a window, equal to the reference."""
+
+    def no_window(self: FastForward) -> str | None:
+        raise AssertionError("the windows path ran")
+
+    # The first batch's four (the space's fixed slots) at once, the others while it runs.
+    workload = [RequestSpec(i, 10 + i % 5, 5 + 7 * i, 0.01 * max(0, i - 3)) for i in range(20)]
+    kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": 1024, "max_model_len": 256}
+    ref = run(True, workload, ROOFLINE, scheduler="static", **kw)
+    monkeypatch.setattr(FastForward, "_window", no_window)
+    engine = make_engine("static", workload, cost=ROOFLINE, **kw)
+    calls = count_schedules(engine)
+    result = engine.run()
+    assert calls[0] == 2
+    assert len({r.finish_time for r in result.requests}) > 1  # (more than one batch)
+    same(ref[:4], run(False, workload, ROOFLINE, scheduler="static", **kw)[:4])

@@ -83,13 +83,11 @@ def plain(engine: Engine) -> bool:
 
 def _plain_regions(sched: Scheduler) -> bool:
     """``plain`` on contiguous memory: decoding sequences grow inside their regions
-    (``ContiguousAllocator.grow``), so a policy that plans its rounds (``plan_round``) and frees
-    a request's region when it finishes (not ``static``, which holds it to its batch's end)
-    runs in a cohort; no beams, no token ids (those paths are paged memory's)."""
-    cls = type(sched)
+    (``ContiguousAllocator.grow``), so a policy that plans its rounds (``plan_round``) runs in
+    a cohort (a region a finished request still holds stops growing: ``_finish``); no beams,
+    no token ids (those paths are paged memory's)."""
     return (
-        cls.plan_round is not Scheduler.plan_round
-        and cls.finish is Scheduler.finish
+        type(sched).plan_round is not Scheduler.plan_round
         and not sched.has_beams
         and not sched.has_token_ids
     )
@@ -198,7 +196,7 @@ class Cohort:
             if any(r.num_pending_tokens == 1 for r in self.prefilling):
                 return False  # a prompt's last token, alone: decoded with the members
         queued = sched.has_queued() or bool(self.prefilling)
-        plan = sched.plan_round() if queued else None
+        plan = sched.plan_round() if queued or self.regions is not None else None
         if plan is None and queued:
             return False
         self._join(decoding)
@@ -244,7 +242,9 @@ class Cohort:
                     if sched.has_beams or sched.has_token_ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
-                if plan is not None or ((waiting or self.prefilling) and replan):
+                # (On contiguous memory a plan at every event: static's decode closes its batch.)
+                planned = waiting or bool(self.prefilling) or self.regions is not None
+                if plan is not None or (planned and replan):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -424,6 +424,8 @@ class Cohort:
                 self._left(req, join, tokens)
             group.append(req)
         self.engine.finish(group)
+        if self.regions is not None:  # (a policy may hold a finished request's region: static)
+            self.regions.stop_growing([s for req in group for s in req.seq_ids])
         if self.engine.check_integrity:
             self._check()
 
@@ -596,6 +598,8 @@ class Cohort:
         eng.apply(batch, duration)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
+            if self.regions is not None:  # (static holds a finished one as running)
+                joined = [r for r in joined if r.num_output_tokens < r.output_len]
             self._join(joined)
 
     def _duration(self, batch: SchedulerOutput) -> int:

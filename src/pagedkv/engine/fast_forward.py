@@ -22,12 +22,12 @@ so every time-weighted category integrates exactly, with work per block allocati
 token. ``Engine(reference=True)`` steps every round instead; a differential test checks both.
 
 Where ``cohort.plain`` holds (paged memory, no token ids, no beams, no block shared with a
-pinned prefix; or contiguous memory under a policy that plans its rounds and frees a region at
-its finish) the decode cohort (``cohort.py``) runs from here through every event, follow-ups,
+pinned prefix; or contiguous memory under a policy that plans its rounds: every built-in one)
+the decode cohort (``cohort.py``) runs from here through every event, follow-ups,
 per-token times and forked parallel samples included. The windows here (``_window``, one per
 event, visiting every running request) serve only what it cannot:
 
-* contiguous memory under ``static`` (a batch's regions held to its end: it plans no round);
+* contiguous memory with token ids (``plain`` leaves them to the windows);
 * token ids (prefix caching; a window keys the blocks it fills), groups among them;
 * a block shared with a pinned prefix;
 * a queue, or a chunked round, under a policy that plans no round (``Scheduler.plan_round``,

@@ -224,6 +224,14 @@ class ContiguousAllocator:
         k = self._growth.advance(k, upto)
         return Window(k, 0, 0, 0, [], [] if rounds else None)
 
+    def stop_growing(self, seq_ids: Sequence[SeqId]) -> None:
+        """Those of ``seq_ids`` still growing stop (their regions take what they gained); the
+        others, freed or never growing, are left as they are."""
+        growing = self._growth.seqs
+        for seq_id in seq_ids:
+            if seq_id in growing:
+                self._settle(seq_id, self._seqs[seq_id])
+
     def _settle(self, seq_id: SeqId, r: _Region) -> None:
         """``seq_id`` stops growing: its region takes the tokens it gained (within its final
         length, so each one moves a slot from reservation to token states)."""
