@@ -3,6 +3,7 @@ events, equal to stepping every round."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
@@ -41,6 +42,7 @@ def queues() -> st.SearchStrategy[list[RequestSpec]]:
     unit=st.booleans(),
     token_times=st.booleans(),
     budget=st.sampled_from([None, 16, 17, 40, 64]),
+    ids=st.sampled_from(["none", "none", "token ids", "a group"]),
 )
 def test_contiguous_cohorts_equal_the_reference(
     workload: list[RequestSpec],
@@ -50,11 +52,17 @@ def test_contiguous_cohorts_equal_the_reference(
     unit: bool,
     token_times: bool,
     budget: int | None,
+    ids: str,
 ) -> None:
     """Every contiguous policy, queues that last (the address space holds a few regions), a
-    cap on running requests, and chunked prefill (``budget``; prompts over it among them):
-    the whole run (summary with the allocator's rounding, every request) equals the reference;
-    integrity is checked at every event (``make_engine``)."""
+    cap on running requests, chunked prefill (``budget``; prompts over it among them), token
+    ids (which contiguous memory ignores) and a group (refused): the whole run (summary with
+    the allocator's rounding, every request) equals the reference; integrity is checked at
+    every event (``make_engine``)."""
+    if ids == "token ids":
+        workload = [replace(w, token_ids=tuple(range(w.prompt_len))) for w in workload]
+    elif ids == "a group":
+        workload = [*workload[:-1], replace(workload[-1], n=2)]
     chunked = budget is not None and scheduler != "static"  # (static's rounds are unchunked)
     both_equal(
         workload,
@@ -116,22 +124,25 @@ def test_contiguous_plans_keep_their_promises(
     same(ref[2:4], (result.deadlocked, result.stuck))
 
 
+@pytest.mark.parametrize("token_ids", [False, True])
 @pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("scheduler", ["orca-oracle", "orca-max", "firstfit-pow2"])
 def test_a_contiguous_queue_runs_in_one_cohort(
-    scheduler: str, chunked: bool, monkeypatch: pytest.MonkeyPatch
+    scheduler: str, chunked: bool, token_ids: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Forty requests at once into space for a few regions: the scheduler runs only the first
     admission round and the first decode round (after which the cohort starts: these policies
     promise no ``decodes_next``; with chunked prefill the cohort starts after the first, a
     round that is not a decode, whose policy fills chunked rounds); every later admission
     happens inside the cohort, the windows path is never taken, and the run equals the
-    reference."""
+    reference. Token ids play no part in contiguous memory: they change none of it."""
 
     def no_window(self: FastForward) -> str | None:
         raise AssertionError("the windows path ran")
 
     workload = [RequestSpec(i, 20 + i % 7, 30 + 11 * i, 0.0) for i in range(40)]
+    if token_ids:
+        workload = [replace(w, token_ids=tuple(range(w.prompt_len))) for w in workload]
     kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": 2048, "max_model_len": 512}
     if chunked:
         kw |= {"chunked": True, "max_num_batched_tokens": 64, "max_num_seqs": 64}

@@ -84,13 +84,9 @@ def plain(engine: Engine) -> bool:
 def _plain_regions(sched: Scheduler) -> bool:
     """``plain`` on contiguous memory: decoding sequences grow inside their regions
     (``ContiguousAllocator.grow``), so a policy that plans its rounds (``plan_round``) runs in
-    a cohort (a region a finished request still holds stops growing: ``_finish``); no beams,
-    no token ids (those paths are paged memory's)."""
-    return (
-        type(sched).plan_round is not Scheduler.plan_round
-        and not sched.has_beams
-        and not sched.has_token_ids
-    )
+    a cohort (a region a finished request still holds stops growing: ``_finish``). Token ids
+    play no part in contiguous memory, and its policies refuse groups (beams among them)."""
+    return type(sched).plan_round is not Scheduler.plan_round and not sched.supports_groups
 
 
 def _decodes(req: Request) -> bool:
@@ -239,7 +235,7 @@ class Cohort:
                     replan = True
                     # Of ``plain``, an arrival can change only these two (``add_request``
                     # sets them); without token ids an admission shares no block.
-                    if sched.has_beams or sched.has_token_ids:
+                    if (sched.has_beams or sched.has_token_ids) and self.regions is None:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 # (On contiguous memory a plan at every event: static's decode closes its batch.)
