@@ -84,6 +84,7 @@ class RegionGrowthMachine(RuleBasedStateMachine):
         caps = [self._cap(s) for s in self.growing]
         fit = self.lazy.rounds_that_fit(spare=data.draw(st.integers(0, 3)))
         assert fit == min(caps)
+        assert self.lazy.next_round_fits() == (fit != 0)
         if upto:
             asked = data.draw(st.integers(0, fit + 3))
             window = self.lazy.advance_rounds(asked, rounds=rounds, upto=True)

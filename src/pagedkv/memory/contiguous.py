@@ -215,6 +215,11 @@ class ContiguousAllocator:
         other appends) changes nothing."""
         return self._growth.rounds_that_fit()
 
+    def next_round_fits(self) -> bool:
+        """Does the next round of growth fit in every growing region (``rounds_that_fit() !=
+        0``)? (The paged manager's question, asked by the cohort after a preemption.)"""
+        return self._growth.rounds_that_fit() != 0
+
     def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
         """k rounds of growth (with ``upto``: as many of them as every region holds): every
         growing sequence gains a token a round. The ``Window`` of ``KVCacheManager``'s
