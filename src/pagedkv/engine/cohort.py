@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.ledger import Span
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.errors import IntegrityError
+from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.usage import MemoryUsage, categories
 
@@ -71,6 +72,8 @@ def plain(engine: Engine) -> bool:
     full shared last block), and a finish frees what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
+    if isinstance(kv, ContiguousAllocator):
+        return _plain_regions(sched)
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_beams
@@ -86,6 +89,14 @@ def keyed(kv: KVCacheManager) -> bool:
     (memory/keyed_growth.py; a member's future ids are its planned outputs)."""
     config = kv.config
     return config.enable_prefix_caching and not config.enable_pinned_prefixes
+
+
+def _plain_regions(sched: Scheduler) -> bool:
+    """``plain`` on contiguous memory: decoding sequences grow inside their regions
+    (``ContiguousAllocator.grow``), so a policy that plans its rounds (``plan_round``) runs in
+    a cohort (a region a finished request still holds stops growing: ``_finish``). Token ids
+    play no part in contiguous memory, and its policies refuse groups (beams among them)."""
+    return type(sched).plan_round is not Scheduler.plan_round and not sched.supports_groups
 
 
 def _decodes(req: Request) -> bool:
@@ -112,13 +123,17 @@ class Cohort:
 
     def __init__(self, engine: Engine, cost: CostModel, prices: dict[object, int]) -> None:
         kv = engine.scheduler.kv
-        assert isinstance(kv, KVCacheManager), "plain() admits paged memory only"
+        assert isinstance(kv, (KVCacheManager, ContiguousAllocator)), "as plain() admits"
         self.engine = engine
         self.ledger = engine.ledger
         self.cost = cost
         self.prices = prices  # admission rounds' durations by shape (``_duration``)
-        self.kv = kv
+        self.kv: KVCacheManager | ContiguousAllocator = kv
         self.bs = kv.block_size
+        # Contiguous memory: the placement's rounding (fixed between admissions and finishes)
+        # integrated over the rounds, as the windows' and the reference's spans do.
+        self.regions = kv if isinstance(kv, ContiguousAllocator) else None
+        self.rounding_time = 0  # (ticks x slots)
         self.done = 0  # decode rounds run
         self.members: dict[Request, Member] = {}
         # (round, arrival key, req, member): a heap; an entry whose member left (preempted)
@@ -136,7 +151,9 @@ class Cohort:
         # round by round (``saved_time``).
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
-        self.keyed = keyed(kv)
+        self.keyed = isinstance(kv, KVCacheManager) and keyed(kv)
+        # (the keyed paths' memory: paged; contiguous memory never takes them)
+        self.paged = cast(KVCacheManager, kv)
         # Under prefix caching the first allocation with token ids starts the cache, and every
         # grower then takes what it is owed and stops (``KVCacheManager.allocate``): a cohort
         # runs only once that has happened or while no request has ids (an arrival with the
@@ -185,7 +202,7 @@ class Cohort:
         eng.admit_arrivals()  # (what the engine's next round does first)
         if not plain(eng):
             return False
-        if self.ids and self.keyed and not self.kv.grows_keyed:
+        if self.ids and self.keyed and not self.paged.grows_keyed:
             return False  # (a request with ids not allocated yet: its allocation settles all)
         decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
         chunked = sched.config.enable_chunked_prefill
@@ -198,7 +215,7 @@ class Cohort:
             if any(r.num_pending_tokens == 1 for r in self.prefilling):
                 return False  # a prompt's last token, alone: decoded with the members
         queued = sched.has_queued() or bool(self.prefilling)
-        plan = sched.plan_round() if queued else None
+        plan = sched.plan_round() if queued or self.regions is not None else None
         if plan is None and queued:
             return False
         self._join(decoding)
@@ -241,13 +258,18 @@ class Cohort:
                     replan = True
                     # Of ``plain``, an arrival can change only these (``add_request`` sets
                     # them); without token ids or prefix caching an admission shares no block.
+                    # (Contiguous memory: none of them.)
                     keyed = self.keyed
-                    if sched.has_beams or (sched.has_groups if keyed else sched.has_token_ids):
+                    if self.regions is None and (
+                        sched.has_beams or (sched.has_groups if keyed else sched.has_token_ids)
+                    ):
                         return
-                    if sched.has_token_ids != self.ids:
+                    if keyed and sched.has_token_ids != self.ids:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
-                if plan is not None or ((waiting or self.prefilling) and replan):
+                # (On contiguous memory a plan at every event: static's decode closes its batch.)
+                planned = waiting or bool(self.prefilling) or self.regions is not None
+                if plan is not None or (planned and replan):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -272,7 +294,7 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    short_keyed = self.keyed and kv.grows_keyed
+                    short_keyed = self.keyed and self.paged.grows_keyed
                     victim = None if short_keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
@@ -354,6 +376,8 @@ class Cohort:
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
+                if self.regions is not None:
+                    self.rounding_time += total * self.regions.allocator_rounding
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
@@ -374,7 +398,7 @@ class Cohort:
                 # With prefix caching a short round's victims are freed amid its appends
                 # (``_decode_running``): ``_short_keyed`` runs it so.
                 victim = growth_victim()
-                if self.keyed and kv.grows_keyed:
+                if self.keyed and self.paged.grows_keyed:
                     if victim is None or self.prefilling:
                         return  # (the scheduler preempts)
                     self._short_keyed()
@@ -421,7 +445,7 @@ class Cohort:
             for seq_id, req in zip(seq_ids, reqs, strict=True):
                 self.by_seq[seq_id] = req
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
-            self.kv.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
+            self.paged.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
         else:
             self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
 
@@ -434,7 +458,7 @@ class Cohort:
         head = sched.waiting[0] if sched.waiting else None
         ids = None if head is None else head.known_token_ids
         swapped = sched.swapped[0].seq_ids if sched.swapped else ()
-        return self.kv.growth_may_hit(ids, swapped)
+        return self.paged.growth_may_hit(ids, swapped)
 
     def _finish(self) -> None:
         """Members whose last round was the one just run: counters up to date, memory freed
@@ -457,6 +481,8 @@ class Cohort:
                 self._left(req, join, tokens)
             group.append(req)
         self.engine.finish(group)
+        if self.regions is not None:  # (a policy may hold a finished request's region: static)
+            self.regions.stop_growing([s for req in group for s in req.seq_ids])
         if self.engine.check_integrity:
             self._check()
 
@@ -521,7 +547,7 @@ class Cohort:
             return victim is not by_seq[seq_id]
 
         members = self.members
-        self.kv.short_round(make_room)
+        self.paged.short_round(make_room)
         assert members, "the oldest request fits alone"
         swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
         self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
@@ -651,6 +677,8 @@ class Cohort:
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
         self.internal_time += duration * internal
+        if self.regions is not None:
+            self.rounding_time += duration * self.regions.allocator_rounding
         if sched.waiting or sched.swapped:  # its unallocated slots are external fragmentation
             self.wait_time += duration
             self.wait_alloc += duration * alloc
@@ -676,6 +704,8 @@ class Cohort:
         eng.apply(batch, duration)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
+            if self.regions is not None:  # (static holds a finished one as running)
+                joined = [r for r in joined if r.num_output_tokens < r.output_len]
             self._join(joined)
 
     def _duration(self, batch: SchedulerOutput) -> int:
@@ -717,6 +747,7 @@ class Cohort:
         samples takes a block: a new one, or (a shared partial last block) a copy but the
         last (``can_append_all``). Then no one is short and no order of appends matters."""
         bs = self.bs
+        assert isinstance(self.kv, KVCacheManager), "groups run on paged memory only"
         need = sum([r.n - 1 if r.num_computed_tokens % bs else r.n for r in self.forking])
         if need > self.kv.num_free_blocks:
             return False
@@ -802,6 +833,7 @@ class Cohort:
             self.saved_time
             if self.keyed
             else self.saved_time + self.saved * (self.time - self.saved_at),
+            self.rounding_time,
         )
         self.engine.ledger.add(span)
 

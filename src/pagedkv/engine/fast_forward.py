@@ -5,8 +5,7 @@ admitted, preempted, swapped, copied or finished), the next rounds repeat it unt
 
 * a request finishes (memory is freed, admission may change),
 * a request arrives,
-* growth needs more blocks than are free (the scheduler must preempt),
-* a contiguous region runs out of room.
+* growth needs more blocks than are free (the scheduler must preempt).
 
 Nothing structural changes in between: admission stays refused (free blocks only shrink),
 budgets hold, every request gains one token per round. So the engine advances k rounds at once:
@@ -21,13 +20,17 @@ budgets hold, every request gains one token per round. So the engine advances k 
 so every time-weighted category integrates exactly, with work per block allocation, not per
 token. ``Engine(reference=True)`` steps every round instead; a differential test checks both.
 
-Where ``cohort.plain`` holds (paged memory, no token ids, no beams, no block shared with a
-pinned prefix) the decode cohort (``cohort.py``) runs from here through every event, follow-ups,
-per-token times and forked parallel samples included. The windows here (``_window``, one per
-event, visiting every running request) serve only what it cannot:
+Where ``cohort.plain`` holds (paged memory, no beams, no block shared with a pinned prefix, no
+token ids unless prefix caching keys them, no groups under prefix caching; or contiguous memory
+under a policy that plans its rounds: every built-in one)
+the decode cohort (``cohort.py``) runs from here through every event, follow-ups,
+per-token times and forked parallel samples included. Contiguous memory runs there or steps
+(a policy that plans no round; a chunked round the cohort does not take on). The windows here
+(``_window``, one per event, visiting every running request) serve only paged memory that the
+cohort cannot:
 
-* contiguous memory (orca-*, firstfit-*, static): regions, not blocks;
-* token ids (prefix caching; a window keys the blocks it fills), groups among them;
+* token ids without prefix caching (chat turns), and prefix caching with groups (a window keys
+  the blocks it fills);
 * a block shared with a pinned prefix;
 * a queue, or a chunked round, under a policy that plans no round (``Scheduler.plan_round``,
   ``fill``: greedy-nopreempt, whose rounds admit and decode at once; reserve with groups
@@ -108,6 +111,8 @@ class FastForward:
                     return
                 if not queued and sched.has_queued():
                     return  # an arrival into an empty queue: the scheduler may admit it
+            if sched.kv.growth_block_size is None:
+                return  # contiguous memory: the cohort's, or the scheduler's round by round
             if self.caches_prefixes and sched.has_queued():
                 # Decoding requests key new blocks every block_size rounds, and a waiting or
                 # swapped request may hit them: its admission or swap-in gets cheaper within
@@ -165,21 +170,17 @@ class FastForward:
         # The round of every block allocation in the window, and the internal fragmentation
         # that the allocations of a round start (a last block that passes the final length).
         bs = kv.growth_block_size
+        assert bs is not None, "contiguous memory never runs in windows"
         cross: list[int] = []
         frag: dict[int, int] = {}
-        if bs is None:
-            least = min(rooms)
-            if least < k:
-                k, stop = least, "room"
-        else:
-            for r, room in zip(members, rooms, strict=True):
-                if room >= k:
-                    continue  # no new block within the window
-                computed = r.num_computed_tokens
-                if room == 0 and computed % bs:
-                    return "copy-on-write"  # a shared partial last block: the scheduler copies
-                final = r.prompt_len + r.output_len - 1  # max_kv_tokens
-                add_new_blocks(cross, frag, computed, room, final, k, bs)
+        for r, room in zip(members, rooms, strict=True):
+            if room >= k:
+                continue  # no new block within the window
+            computed = r.num_computed_tokens
+            if room == 0 and computed % bs:
+                return "copy-on-write"  # a shared partial last block: the scheduler copies
+            final = r.prompt_len + r.output_len - 1  # max_kv_tokens
+            add_new_blocks(cross, frag, computed, room, final, k, bs)
         free = getattr(kv, "num_free_blocks", None)
         if free is not None and len(cross) > free:
             cross.sort()
@@ -232,7 +233,9 @@ class FastForward:
         internal = u.internal_fragmentation * total
         # A block taken in round i is held for rounds i..k: total - (time before round i).
         before = curve.totals([i - 1 for i in cross if i <= k])
-        alloc += (kv.growth_block_size or 0) * (len(before) * total - sum(before))
+        bs = kv.growth_block_size
+        assert bs is not None, "contiguous memory never runs in windows"
+        alloc += bs * (len(before) * total - sum(before))
         if frag:
             rounds = [i for i in frag if i <= k]
             for i, start in zip(rounds, curve.totals([i - 1 for i in rounds]), strict=True):
@@ -259,10 +262,7 @@ class FastForward:
                 finished.append(r)
         eng.ledger.advance(total)
         n_run = len(running)
-        rounding = u.allocator_rounding * total  # a region's rounding is fixed in a window
-        eng.ledger.add(
-            Span(k, total, n_run * k, n_run * k, n_run, weighted, saved * total, rounding)
-        )
+        eng.ledger.add(Span(k, total, n_run * k, n_run * k, n_run, weighted, saved * total))
         self.windows += 1
         self.rounds += k
         eng.finish(finished)

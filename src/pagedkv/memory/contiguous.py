@@ -18,17 +18,23 @@ external fragmentation whenever a request waits for memory.
 Without a final length (allowed for 'max' and 'slots' only), the worst case is assumed: the
 sequence may grow to its region, so F = R = max_model_len in the accounting. A sequence that
 grows past its declared final length (inside its region) has its final length raised to match.
+
+A decoding sequence may grow in the books (``grow``, ``advance_rounds``: memory/region_growth.py):
+one token a round inside its region, the books exact at every round in closed form, its region's
+token count brought up to date when something reads it (``room``, an append, a fork, ``free``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
 from pagedkv.memory.config import ContiguousConfig, Placement, Reservation
+from pagedkv.memory.growth import Window
 from pagedkv.memory.interface import AllocStatus, SeqId, SlotCopy
 from pagedkv.memory.placement import AddressSpace, BuddySpace, FirstFitSpace, FixedSlotSpace
+from pagedkv.memory.region_growth import RegionGrowth
 from pagedkv.memory.usage import MemoryUsage
 from pagedkv.validation import as_int
 
@@ -79,6 +85,9 @@ class ContiguousAllocator:
         self._reservation = 0
         self._internal = 0
         self._rounding = 0
+        # Sequences that gain a token per round in closed form (``grow``): their regions'
+        # counters lag behind, and ``books`` adds what they gained since.
+        self._growth = RegionGrowth()
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -105,6 +114,16 @@ class ContiguousAllocator:
 
     def num_tokens(self, seq_id: SeqId) -> int:
         return self._get(seq_id).tokens
+
+    @property
+    def block_size(self) -> int:
+        """The block size of the paged run this one is compared with (no block here)."""
+        return self.config.block_size
+
+    @property
+    def allocator_rounding(self) -> int:
+        """Slots the placement holds beyond the reservation and the final length (O(1))."""
+        return self._rounding
 
     @property
     def growth_block_size(self) -> int | None:
@@ -161,14 +180,70 @@ class ContiguousAllocator:
         return final_len
 
     def usage(self, waiting_for_memory: bool = False) -> MemoryUsage:
+        tokens, reservation, internal = self.books()
         return MemoryUsage.from_books(
-            self.capacity,
-            self._token_states,
-            self._reservation,
-            self._internal,
-            waiting_for_memory,
-            self._rounding,
+            self.capacity, tokens, reservation, internal, waiting_for_memory, self._rounding
         )
+
+    def books(self) -> tuple[int, int, int]:
+        """(token states, reservation, internal fragmentation) in slots, exact at the current
+        round: the regions' counters plus the tokens growing sequences gained since they
+        joined (each fills a slot of its reservation; internal fragmentation stays)."""
+        lag = self._growth.lag_tokens
+        return self._token_states + lag, self._reservation - lag, self._internal
+
+    # ----------------------------------------------------------------- growth in closed form
+    def grow(self, seq_ids: Sequence[SeqId]) -> None:
+        """From the next round on, each of these sequences gains one token per round inside
+        its region (it decodes) until it is freed or something reads it, up to its region's
+        room within its final length; already growing ones go on as they were."""
+        growth, top = self._growth, self.config.max_model_len
+        growing = growth.seqs
+        for seq_id in seq_ids:
+            if seq_id in growing:
+                continue
+            r = self._get(seq_id)
+            growth.add(seq_id, min(r.held, r.final, top) - r.tokens)
+
+    def is_growing(self, seq_id: SeqId) -> bool:
+        """Does ``seq_id`` grow in closed form now (``grow``; not read since)?"""
+        return seq_id in self._growth.seqs
+
+    def rounds_that_fit(self, spare: int = 0) -> int | None:
+        """Rounds of growth before some growing sequence's region is full (None: nothing
+        grows). Growth takes no free slot, so ``spare`` (paged memory's blocks kept back for
+        other appends) changes nothing."""
+        return self._growth.rounds_that_fit()
+
+    def next_round_fits(self) -> bool:
+        """Does the next round of growth fit in every growing region (``rounds_that_fit() !=
+        0``)? (The paged manager's question, asked by the cohort after a preemption.)"""
+        return self._growth.rounds_that_fit() != 0
+
+    def advance_rounds(self, k: int, *, rounds: bool = False, upto: bool = False) -> Window:
+        """k rounds of growth (with ``upto``: as many of them as every region holds): every
+        growing sequence gains a token a round. The ``Window`` of ``KVCacheManager``'s
+        ``advance_rounds``, with no block taken and no last block (growth fills
+        reservations). ``PagedKVError``, changing nothing, if (without ``upto``) a region
+        would pass full."""
+        k = self._growth.advance(k, upto)
+        return Window(k, 0, 0, 0, [], [] if rounds else None)
+
+    def stop_growing(self, seq_ids: Sequence[SeqId]) -> None:
+        """Those of ``seq_ids`` still growing stop (their regions take what they gained); the
+        others, freed or never growing, are left as they are."""
+        growing = self._growth.seqs
+        for seq_id in seq_ids:
+            if seq_id in growing:
+                self._settle(seq_id, self._seqs[seq_id])
+
+    def _settle(self, seq_id: SeqId, r: _Region) -> None:
+        """``seq_id`` stops growing: its region takes the tokens it gained (within its final
+        length, so each one moves a slot from reservation to token states)."""
+        lag = self._growth.remove(seq_id)
+        r.tokens += lag
+        self._token_states += lag
+        self._reservation -= lag
 
     # ----------------------------------------------------------------------------- changes
     def can_allocate(
@@ -274,15 +349,22 @@ class ContiguousAllocator:
         held = dict(self._space.regions())
         if len(held) != len(self._seqs):
             raise IntegrityError(f"{len(held)} regions in the space, {len(self._seqs)} sequences")
+        growth = self._growth
+        growth.check()
+        if not growth.seqs.keys() <= self._seqs.keys():
+            raise IntegrityError("a growing sequence holds no region")
         sums = [0, 0, 0, 0]
         for seq_id, r in self._seqs.items():
+            grower = growth.seqs.get(seq_id)
+            if grower is not None:  # (its tokens now, as a read would settle them)
+                r = replace(r, tokens=r.tokens + growth.round - grower[0])
             if held.get(r.start) != r.held or r.held < r.reserved:
                 raise IntegrityError(f"sequence {seq_id!r}: region {r} not held as recorded")
             if not 0 <= r.tokens <= min(r.held, r.final):
                 raise IntegrityError(f"sequence {seq_id!r}: {r.tokens} tokens do not fit {r}")
             for i, v in enumerate((*r.books(), r.rounding())):
                 sums[i] += v
-        counters = [self._token_states, self._reservation, self._internal, self._rounding]
+        counters = [*self.books(), self._rounding]
         if sums != counters:
             raise IntegrityError(f"counters {counters} != recomputed {sums}")
 
@@ -324,10 +406,14 @@ class ContiguousAllocator:
         self._rounding += sign * r.rounding()
 
     def _get(self, seq_id: SeqId) -> _Region:
+        """``seq_id``'s region, its tokens up to date (a grower's read settles it)."""
         try:
-            return self._seqs[seq_id]
+            r = self._seqs[seq_id]
         except KeyError:
             raise UnknownSequenceError(f"unknown sequence id {seq_id!r}") from None
+        if self._growth.seqs and seq_id in self._growth.seqs:
+            self._settle(seq_id, r)
+        return r
 
     def _check_new(self, seq_id: SeqId) -> None:
         if seq_id in self._seqs:

@@ -203,6 +203,10 @@ class BuddySpace(AddressSpace):
     def can_ever_fit(self, size: int) -> bool:
         return size >= 1 and self.block_size_for(size) <= 1 << self.arenas[0][1]
 
+    def fits_now(self, size: int) -> bool:
+        """Some free block has the order ``alloc`` wants, or a larger one (O(log C))."""
+        return self.can_ever_fit(size) and any(self._free_lists[_order(size) :])
+
     def alloc(self, size: int) -> int | None:
         want = _order(self._check_size(size))
         k = next((j for j in range(want, len(self._free_lists)) if self._free_lists[j]), None)

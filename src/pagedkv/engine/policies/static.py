@@ -12,7 +12,7 @@ from __future__ import annotations
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.policies.contiguous import ContiguousScheduler
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, SchedulerOutput
 from pagedkv.memory.config import Placement, Reservation
 from pagedkv.memory.interface import KVAllocator
 
@@ -38,6 +38,25 @@ class StaticScheduler(ContiguousScheduler):
             self.forming = False
             self._decode_running(out)
         return out
+
+    def plan_round(self) -> RoundPlan | None:
+        """``schedule``'s round from the batch's state and the queue alone: while the batch
+        forms, its admissions (allocated now) make the round prefill-only; otherwise every
+        running request decodes, and the batch has closed (as ``schedule`` closes it). None
+        for a class whose rounds are not these."""
+        cls = type(self)
+        if cls.schedule is not StaticScheduler.schedule or cls.finish is not StaticScheduler.finish:
+            return None
+        if self.regions is None or self.has_beams:
+            return None
+        out = SchedulerOutput()
+        if self.forming:
+            self._admit_waiting(out, self.config.token_budget, chunked=False)
+            if out.chunks:
+                return RoundPlan(out, False)
+        if self.running:
+            self.forming = False
+        return RoundPlan(out, True)
 
     def finish(self, req: Request) -> list[Request]:
         self.running.remove(req)
