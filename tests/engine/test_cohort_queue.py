@@ -151,7 +151,11 @@ def test_plans_keep_their_promises(
         decoded = [c.request for c in out.chunks if c.request in before]
         resumed = [c.request for c in out.chunks if c.request not in before]
         assert all(c.num_new_tokens == 1 for c in out.chunks)
-        if out.preempted:  # victims off the end; nobody resumed in that round
+        back_out = [r for r in out.preempted if r not in before]
+        if back_out:  # a group resumed before its fork, straight back out: its fork needs more
+            assert plan.resumes
+            assert all(r.n > 1 and r in swapped for r in back_out)
+        if len(back_out) < len(out.preempted):  # victims off the end; nobody resumed then
             assert not resumed
             assert not out.swap_in
             if victim is not None:
