@@ -146,9 +146,8 @@ class Cohort:
         self.seqs: dict[Request, int] = {}
         self.extra = 0
         # Blocks saved by sharing: constant between events (growth's blocks are private);
-        # with groups it moves at their events, integrated piecewise (``_resaved``); with
-        # prefix caching it moves at events (hits, finishes), so its time integral is summed
-        # round by round (``saved_time``).
+        # with groups (forks, swaps, finishes) or prefix caching (hits, finishes) it moves at
+        # events, so its time integral is summed piecewise between them (``_resaved``).
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
         self.keyed = isinstance(kv, KVCacheManager) and keyed(kv)
@@ -372,6 +371,8 @@ class Cohort:
                 for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
+                if self.keyed:  # (hits and finishes since the last event)
+                    self._resaved()
                 self.time += total
                 self.token_time += tokens
                 self.alloc_time += alloc
@@ -389,8 +390,6 @@ class Cohort:
                     self._ran(a, ledger.ticks + total if k == 1 else ledger.ticks, curve, k)
                 advance_clock(total)
                 self.windows += 1
-                if self.keyed:
-                    self.saved_time += kv.blocks_saved_by_sharing * total
                 if checked:  # the books hold at every event (tests)
                     self._check()
             preempted = resume = False
@@ -669,10 +668,8 @@ class Cohort:
             self._check()
         if running > self.max_running:
             self.max_running = running
-        if sched.has_groups:  # (the round's forks, swaps and copies made)
+        if sched.has_groups or self.keyed:  # (the round's forks, swaps, copies, hits made)
             self._resaved()
-        if self.keyed:
-            self.saved_time += self.kv.blocks_saved_by_sharing * duration
         self.time += duration
         self.token_time += duration * tokens
         self.alloc_time += duration * alloc
@@ -830,9 +827,7 @@ class Cohort:
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
             weighted,
-            self.saved_time
-            if self.keyed
-            else self.saved_time + self.saved * (self.time - self.saved_at),
+            self.saved_time + self.saved * (self.time - self.saved_at),
             self.rounding_time,
         )
         self.engine.ledger.add(span)
