@@ -31,7 +31,6 @@ from pagedkv.memory.prefix_hash import (
     BlockHash,
     check_token_ids,
     hash_blocks,
-    int64_le,
     iter_keys,
 )
 from pagedkv.memory.swapping import SwapMixin
@@ -377,7 +376,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         if keys is None:  # ids the caller may change later: not kept, keyed to the first miss
             ids = token_ids[: n * bs]
             keys = []
-            for key in iter_keys(int64_le(ids), bs, salt):
+            for key in iter_keys(ids, bs, salt):
                 if lookup(key) is None:
                     break
                 keys.append(key)
