@@ -45,8 +45,9 @@ from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import SeqId
-from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, keys_of
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, keys_of, run_keys
 from pagedkv.memory.tail_books import TailBooks
+from pagedkv.memory.token_runs import TokenRuns
 
 _ALLOC, _FILL = 1, 2
 
@@ -247,12 +248,14 @@ class KeyedGrowthMixin:
                 hi = (d if end < 0 or end > d else end) - join
                 if hi < lo:
                     continue
-                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs
-                q0 = max(0, -(-(lo - room - 1) // bs))
+                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs;
+                # q0 = max(0, ceil((lo - room - 1) / bs)), f0 = max(room < 1, ceil(...))
+                t = lo - room - 1
+                q0 = -(-t // bs) if t > 0 else 0
                 q1 = (hi - room - 1) // bs
                 if owed >= 0 and q1 >= owed:
                     q1 = owed - 1
-                f0 = max(0 if room >= 1 else 1, -(-(lo - room) // bs))
+                f0 = -(-(t + 1) // bs) if t >= 0 else (0 if room >= 1 else 1)
                 f1 = (hi - room) // bs
                 if q1 < q0 and f1 < f0:
                     continue
@@ -264,14 +267,25 @@ class KeyedGrowthMixin:
                 joins.append(join)
                 if q1 >= q0:
                     first = join + room + 1
-                    n = len(takes)
-                    takes += [(first + q * bs, order, n + q, table) for q in range(q0, q1 + 1)]
+                    if q1 == q0:
+                        takes.append((first + q0 * bs, order, len(takes), table))
+                    else:
+                        n = len(takes) - q0
+                        takes += [(first + q * bs, order, n + q, table) for q in range(q0, q1 + 1)]
                 if f1 >= f0 and table.tokens_known:
                     hashes = table.block_hashes
                     j0 = len(hashes)
                     j1 = (tokens + room + f1 * bs) // bs  # blocks full after its last fill
-                    parent = hashes[-1] if j0 else None
-                    keys = keys_of(table.token_ids, j0, j1, bs, table.salt, parent)
+                    ids = table.token_ids
+                    if j0 and type(ids) is TokenRuns:  # (keys_of's usual case, inlined)
+                        last = ids.runs[-1]
+                        first = last.start + j0 * bs - (len(ids) - len(last))
+                        if first >= last.start:
+                            keys = run_keys(hashes[-1], first, j1 - j0, bs)
+                        else:
+                            keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1])
+                    else:
+                        keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1] if j0 else None)
                     new_keys += keys
                     keyed.append((table, keys))
         if not touched:

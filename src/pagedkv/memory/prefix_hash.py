@@ -147,9 +147,14 @@ def keys_of(
             head = sha(head + block_code(token_ids[j * bs : (j + 1) * bs])).digest()
             append(head)
         return keys
+    runs = token_ids.runs
+    last = runs[-1] if runs else range(0)
+    pos = len(token_ids) - len(last)
+    if j0 * bs >= pos:  # all within the last run (a decoding sequence's new blocks: the usual)
+        return run_keys(head, last.start + j0 * bs - pos, j1 - j0, bs)
     j = j0
     pos = 0  # the position of the run's first id
-    for r in token_ids.runs:
+    for r in runs:
         end = pos + len(r)
         if end <= j * bs:
             pos = end
@@ -165,6 +170,17 @@ def keys_of(
         if j >= j1:
             break
         pos = end
+    return keys
+
+
+def run_keys(head: bytes, first: int, n: int, block_size: int) -> list[BlockHash]:
+    """The keys of n whole blocks of consecutive ids from ``first`` on, chained from ``head``
+    (the parent's key, or the root and salt of ``keys_of``'s first block)."""
+    sha, code, bs = _sha256, _run_code, block_size
+    keys = []
+    for start in range(first, first + n * bs, bs):
+        head = sha(head + code(b"R", start, bs)).digest()
+        keys.append(head)
     return keys
 
 
