@@ -221,11 +221,11 @@ def test_bulk_steps_are_the_single_steps(ops: list[tuple[str, int]], caching: bo
                 single.cache_block(block, key)
         else:  # a hit revives a free cached block
             key = bytes([n % 5]) * 32
-            block = bulk.lookup(key)
-            assert block == single.lookup(key)
-            assert bulk.any_cached([key, b"x" * 32]) == (block is not None)
-            if block is not None:
-                bulk.incref(block)
-                single.incref(block)
-                held.append(block)
+            hit = bulk.lookup(key)
+            assert hit == single.lookup(key)
+            assert bulk.any_cached([key, b"x" * 32]) == (hit is not None)
+            if hit is not None:
+                bulk.incref(hit)
+                single.incref(hit)
+                held.append(hit)
         assert _state(bulk) == _state(single)
