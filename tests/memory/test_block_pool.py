@@ -165,3 +165,67 @@ def test_the_stack_pool_hands_out_what_the_queue_pool_does(
         for pool in (stack, queue):
             with pytest.raises(IntegrityError):
                 pool.release(free[:1])
+
+
+def _state(pool: BlockPool) -> tuple[object, ...]:
+    return (
+        pool.ref_counts,
+        pool.block_hash,
+        pool.free_blocks(),
+        dict(pool._cache),
+        pool.num_cached_free,
+        pool.num_evictions,
+        pool.num_refs,
+    )
+
+
+bulk_ops = st.lists(
+    st.tuples(st.sampled_from(["allocate", "release", "cache", "hit"]), st.integers(0, 6)),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(bulk_ops, st.booleans())
+def test_bulk_steps_are_the_single_steps(ops: list[tuple[str, int]], caching: bool) -> None:
+    """Differential: ``allocate_many``, ``release`` and ``cache_many`` (one loop each) leave a
+    pool exactly as ``allocate``, ``decref`` and ``cache_block`` one at a time do, evictions,
+    the free queue's order and double frees included."""
+    bulk, single = BlockPool(8, enable_caching=caching), BlockPool(8, enable_caching=caching)
+    held: list[int] = []
+    made = 0
+    for op, n in ops:
+        if op == "allocate":
+            n = min(n, bulk.num_free)
+            got = bulk.allocate_many(n)
+            assert got == [single.allocate() for _ in range(n)]
+            held += got
+        elif op == "release":  # the newest n held, with a block named twice now and then
+            some = held[-n:] if n else []
+            del held[len(held) - len(some) :]
+            if n == 6 and some:
+                some.append(some[0])  # a double free: both raise, their books alike
+            try:
+                freed = bulk.release(list(some))
+            except IntegrityError:
+                with pytest.raises(IntegrityError):
+                    single._release_each(list(some))
+            else:
+                assert freed == single._release_each(list(some))
+        elif op == "cache":  # keys from a small set, so some are held already
+            blocks = held[-n:] if n else []
+            keys = [bytes([(b * 3 + made) % 5]) * 32 for b in blocks]
+            made += 1
+            bulk.cache_many(blocks, keys)
+            for block, key in zip(blocks, keys, strict=True):
+                single.cache_block(block, key)
+        else:  # a hit revives a free cached block
+            key = bytes([n % 5]) * 32
+            hit = bulk.lookup(key)
+            assert hit == single.lookup(key)
+            assert bulk.any_cached([key, b"x" * 32]) == (hit is not None)
+            if hit is not None:
+                bulk.incref(hit)
+                single.incref(hit)
+                held.append(hit)
+        assert _state(bulk) == _state(single)

@@ -73,27 +73,13 @@ def test_concatenation_matches_the_tuple(
 
 
 @given(chained)
-def test_encoding_and_keys_match_the_tuple(parts: list[tuple[bool, int, int]]) -> None:
+def test_keys_match_the_tuple(parts: list[tuple[bool, int, int]]) -> None:
     ids = build(parts)
     model = tuple(ids)
-    assert ids.int64_le() == struct.pack(f"<{len(model)}q", *model)
     assert hash_block(None, ids, b"salt") == hash_block(None, model, b"salt")
     assert hash_blocks(ids, 3) == hash_blocks(model, 3)
     check_token_ids("token_ids", ids)
     assert pickle.loads(pickle.dumps(ids)) == ids
-
-
-@given(chained, st.data())
-def test_the_encoding_of_a_slice_matches_the_tuple(
-    parts: list[tuple[bool, int, int]], data: st.DataObject
-) -> None:
-    """``int64_le_of(a, b)`` (no slice made when it lies in the last run) encodes ids[a:b]."""
-    ids = build(parts)
-    model = tuple(ids)
-    stop = data.draw(st.integers(0, len(model)))
-    start = data.draw(st.integers(0, stop))
-    part = model[start:stop]
-    assert ids.int64_le_of(start, stop) == struct.pack(f"<{len(part)}q", *part)
 
 
 def test_refusals() -> None:

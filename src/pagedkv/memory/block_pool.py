@@ -20,6 +20,7 @@ blocks freed together the tail of a prefix is evicted first and the shareable he
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
 from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.prefix_hash import BlockHash
@@ -74,7 +75,31 @@ class BlockPool:
         return block
 
     def allocate_many(self, n: int) -> list[int]:
-        """``n`` blocks, each as ``allocate`` would hand them out one after another."""
+        """``n`` blocks, each as ``allocate`` would hand them out one after another (the same
+        steps, in one loop)."""
+        if n > self.num_free:
+            raise PagedKVError(f"block pool exhausted: {n} blocks wanted, {self.num_free} free")
+        if n <= 0:
+            return []
+        pop, keys, cache, refs = self._free.popitem, self.block_hash, self._cache, self.ref_counts
+        taken = []
+        evicted = 0
+        for _ in range(n):
+            block = pop(False)[0]
+            key = keys[block]
+            if key is not None:
+                del cache[key]
+                keys[block] = None
+                evicted += 1
+            refs[block] = 1
+            taken.append(block)
+        self._num_cached_free -= evicted
+        self.num_evictions += evicted
+        self.num_refs += n
+        return taken
+
+    def _allocate_each(self, n: int) -> list[int]:
+        """``allocate_many`` as n calls of ``allocate`` (a policy that changes ``allocate``)."""
         if n > self.num_free:
             raise PagedKVError(f"block pool exhausted: {n} blocks wanted, {self.num_free} free")
         return [self.allocate() for _ in range(n)]
@@ -113,8 +138,48 @@ class BlockPool:
             self._num_cached_free += 1
 
     def release(self, blocks: list[int]) -> list[int]:
-        """``decref`` each block, in the order given; returns those that became free."""
+        """``decref`` each block, in the order given; returns those that became free (the
+        same steps, in one loop)."""
+        refs, keys, free = self.ref_counts, self.block_hash, self._free
+        freed = []
+        cached = 0
+        for i, block in enumerate(blocks):
+            ref = refs[block]
+            if ref <= 0:  # (the books keep the blocks before it released, as decref's would)
+                self.num_refs -= i
+                self._num_cached_free += cached
+                raise IntegrityError(f"block {block} freed twice (reference count already {ref})")
+            refs[block] = ref - 1
+            if ref == 1:
+                free[block] = None
+                if keys[block] is None:
+                    free.move_to_end(block, last=False)
+                else:
+                    cached += 1
+                freed.append(block)
+        self.num_refs -= len(blocks)
+        self._num_cached_free += cached
+        return freed
+
+    def _release_each(self, blocks: list[int]) -> list[int]:
+        """``release`` as ``decref`` of each block (a policy that changes ``_freed``)."""
         return [b for b in blocks if self.decref(b)]
+
+    def cache_many(self, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
+        """``cache_block`` of each (block, key) pair, in order (the same steps, in one loop;
+        the answers are not needed)."""
+        if not self.enable_caching:
+            return
+        cache, hashes = self._cache, self.block_hash
+        for block, key in zip(blocks, keys, strict=True):
+            if key not in cache and hashes[block] is None:
+                cache[key] = block
+                hashes[block] = key
+
+    def _cache_each(self, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
+        """``cache_many`` as ``cache_block`` of each pair (a policy that changes it)."""
+        for block, key in zip(blocks, keys, strict=True):
+            self.cache_block(block, key)
 
     def cache_block(self, block: int, key: BlockHash) -> bool:
         """Register a full, used block under ``key``; False if caching is off or the key is
@@ -128,6 +193,10 @@ class BlockPool:
     def lookup(self, key: BlockHash) -> int | None:
         """The block cached under ``key``, if any (no side effect)."""
         return self._cache.get(key)
+
+    def any_cached(self, keys: Iterable[BlockHash]) -> bool:
+        """Is any of ``keys`` cached (``lookup`` not None for one)? In C, no side effect."""
+        return not self._cache.keys().isdisjoint(keys)
 
     def free_blocks(self) -> list[int]:
         """The free queue from head (next out) to tail, for inspection and tests."""
@@ -233,7 +302,7 @@ class UncachedBlockPool(BlockPool):
             self._stack.extend(blocks)
             self.num_refs -= n
             return list(blocks)
-        return super().release(blocks)
+        return self._release_each(blocks)
 
     def free_blocks(self) -> list[int]:
         return self._stack[::-1]

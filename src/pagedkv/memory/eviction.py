@@ -53,6 +53,9 @@ class LFUBlockPool(BlockPool):
         self._stamp: dict[int, int] = {}  # cached free block -> the stamp of its live entry
         self._clock = 0  # frees of cached blocks so far: the tie-break's recency
 
+    allocate_many = BlockPool._allocate_each  # (its own allocate and _freed, one at a time)
+    release = BlockPool._release_each
+
     @property
     def num_free(self) -> int:
         return len(self._free) + len(self._stamp)
@@ -153,6 +156,9 @@ class V1BlockPool(BlockPool):
     def __init__(self, num_blocks: int, *, enable_caching: bool = False) -> None:
         super().__init__(num_blocks, enable_caching=enable_caching)
         self._copies: dict[BlockHash, list[int]] = {}  # later blocks of a cached key, in order
+
+    allocate_many = BlockPool._allocate_each  # (its own allocate and cache_block, one at a time)
+    cache_many = BlockPool._cache_each
 
     def allocate(self) -> int:
         if not self._free:

@@ -13,7 +13,7 @@ meets its own old blocks), and two sequences may fill blocks with one key. Two p
   and the cache map, never the free queue, so the order of registrations against allocations
   is immaterial: the new blocks are taken from the pool in the rounds' order (round by round,
   sequence by sequence, as the reference would take them), each table and the tail books
-  move once, and the keys are made from one encoding of the ids (``prefix_hash.iter_keys``).
+  move once, and the keys are made from the runs of the ids (``prefix_hash.keys_of``).
 * **round by round** (``_append_in_rounds``) otherwise: only three kinds of token touch the
   pool or the cache: one that starts a block (an allocation, which may evict), one that fills
   a block (its key is registered), and the first into a shared partial block (a copy-on-write).
@@ -33,7 +33,7 @@ from pagedkv.errors import PagedKVError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.interface import BlockCopy, SeqId
-from pagedkv.memory.prefix_hash import BlockHash, chain_keys, int64_le
+from pagedkv.memory.prefix_hash import BlockHash, keys_of
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.token_runs import TokenRuns
 
@@ -112,12 +112,13 @@ class KeyedAppendMixin:
                 full = (fill + k) // bs  # blocks that fill in the window
                 if full:
                     start = old - fill
-                    if joined is not None:
-                        data = joined.int64_le_of(start, start + full * bs)
-                    else:
-                        data = int64_le(known[start:]) + int64_le(ids[: full * bs - fill])
                     parent = table.block_hashes[-1] if start else None
-                    keys = chain_keys(data, bs, table.salt, parent)
+                    if joined is not None:
+                        j0 = start // bs
+                        keys = keys_of(joined, j0, j0 + full, bs, table.salt, parent)
+                    else:
+                        block_ids = [*known[start:], *ids[: full * bs - fill]]
+                        keys = keys_of(block_ids, 0, full, bs, table.salt, parent)
                     for key in keys:
                         if key in made or cached(key) is not None:
                             return False

@@ -36,7 +36,6 @@ next full block could complete one of them (then a lookup between events could h
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -46,12 +45,11 @@ from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import SeqId
-from pagedkv.memory.prefix_hash import BlockHash, chain_keys, check_token_ids, hash_blocks, int64_le
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, keys_of, run_keys
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.token_runs import TokenRuns
 
 _ALLOC, _FILL = 1, 2
-_sha256 = hashlib.sha256
 
 
 class _Keyed(NamedTuple):
@@ -233,11 +231,14 @@ class KeyedGrowthMixin:
         else:  # buckets (i - 1) % bs and i % bs for i in m+1 .. d
             residues = {r % bs for r in range(m, d + 1)}
         lost = self._lost
-        takes: list[tuple[int, object, SeqId]] = []  # (round, order, seq) of each new block
+        # (round, order, n, table) of each new block: n (a count) keeps the sort stable on
+        # equal (round, order) without comparing tables
+        takes: list[tuple[int, object, int, BlockTable]] = []
         keyed: list[tuple[BlockTable, list[BlockHash]]] = []
+        new_keys: list[BlockHash] = []
         touched: list[SeqId] = []
-        made: set[BlockHash] = set()
-        cached = pool.lookup
+        grown: list[tuple[SeqId, BlockTable, int]] = []
+        joins: list[int] = []
         for c in residues:
             for seq_id, order in buckets[c].items():
                 join, tokens, room, owed, _, end, _ = seqs[seq_id]
@@ -247,57 +248,67 @@ class KeyedGrowthMixin:
                 hi = (d if end < 0 or end > d else end) - join
                 if hi < lo:
                     continue
-                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs
-                q0 = max(0, -(-(lo - room - 1) // bs))
+                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs;
+                # q0 = max(0, ceil((lo - room - 1) / bs)), f0 = max(room < 1, ceil(...))
+                t = lo - room - 1
+                q0 = -(-t // bs) if t > 0 else 0
                 q1 = (hi - room - 1) // bs
                 if owed >= 0 and q1 >= owed:
                     q1 = owed - 1
-                f0 = max(0 if room >= 1 else 1, -(-(lo - room) // bs))
+                f0 = -(-(t + 1) // bs) if t >= 0 else (0 if room >= 1 else 1)
                 f1 = (hi - room) // bs
                 if q1 < q0 and f1 < f0:
                     continue
                 if seq_id in lost:
                     return False
-                touched.append(seq_id)
-                for q in range(q0, q1 + 1):
-                    takes.append((join + room + 1 + q * bs, order, seq_id))
                 table = tables[seq_id]
+                touched.append(seq_id)
+                grown.append((seq_id, table, tokens))
+                joins.append(join)
+                if q1 >= q0:
+                    first = join + room + 1
+                    if q1 == q0:
+                        takes.append((first + q0 * bs, order, len(takes), table))
+                    else:
+                        n = len(takes) - q0
+                        takes += [(first + q * bs, order, n + q, table) for q in range(q0, q1 + 1)]
                 if f1 >= f0 and table.tokens_known:
                     hashes = table.block_hashes
                     j0 = len(hashes)
                     j1 = (tokens + room + f1 * bs) // bs  # blocks full after its last fill
                     ids = table.token_ids
-                    if type(ids) is TokenRuns:
-                        data = ids.int64_le_of(j0 * bs, j1 * bs)
+                    if j0 and type(ids) is TokenRuns:  # (keys_of's usual case, inlined)
+                        last = ids.runs[-1]
+                        first = last.start + j0 * bs - (len(ids) - len(last))
+                        if first >= last.start:
+                            keys = run_keys(hashes[-1], first, j1 - j0, bs)
+                        else:
+                            keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1])
                     else:
-                        data = int64_le(ids[j0 * bs : j1 * bs])
-                    keys = chain_keys(data, bs, table.salt, hashes[-1] if j0 else None)
-                    for key in keys:
-                        if key in made or cached(key) is not None:
-                            return False
-                        made.add(key)
+                        keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1] if j0 else None)
+                    new_keys += keys
                     keyed.append((table, keys))
         if not touched:
             return True
-        takes.sort(key=_take_key)
-        for _, _, seq_id in takes:
-            tables[seq_id].blocks.append(pool.allocate())
-        cache = pool.cache_block
+        if new_keys and (len(set(new_keys)) != len(new_keys) or pool.any_cached(new_keys)):
+            return False
+        takes.sort()
+        for take, block in zip(takes, pool.allocate_many(len(takes)), strict=True):
+            take[3].blocks.append(block)
+        cache = pool.cache_many
         for table, keys in keyed:
-            blocks, hashes = table.blocks, table.block_hashes
-            for j, key in enumerate(keys, len(hashes)):
-                cache(blocks[j], key)
+            hashes = table.block_hashes
+            j = len(hashes)
+            cache(table.blocks[j : j + len(keys)], keys)
             hashes += keys
-        grown = []
-        for seq_id in touched:
-            table = tables[seq_id]
-            join, tokens = seqs[seq_id][:2]
+        lag = 0
+        for (_, table, tokens), join in zip(grown, joins, strict=True):
             table.num_tokens = tokens + (d - join)
-            self._token_slots += d - join
-            grown.append((seq_id, table, tokens))
+            lag += d - join
+        self._token_slots += lag
         self._tails.grow_all(grown)
         growth.shift(touched, tables)
-        self._stale.update(seq_id for seq_id in touched)
+        self._stale.update(touched)
         return True
 
     def _reparent(self, seq_id: SeqId, table: BlockTable) -> None:
@@ -386,10 +397,7 @@ class KeyedGrowthMixin:
         if (j + 1) * bs != end:
             self._register_keys(table)
             return
-        ids = table.token_ids
-        start = end - bs
-        data = ids.int64_le_of(start, end) if type(ids) is TokenRuns else int64_le(ids[start:end])
-        key = _sha256(hashes[-1] + data).digest() if j else chain_keys(data, bs, table.salt)[0]
+        key = keys_of(table.token_ids, j, j + 1, bs, table.salt, hashes[-1] if j else None)[0]
         hashes.append(key)
         self.gpu.cache_block(table.blocks[j], key)
 
@@ -456,7 +464,7 @@ class KeyedGrowthMixin:
         key = None
         if len(ids) >= (j + 1) * bs:
             parent = table.block_hashes[-1] if j else None
-            key = hash_blocks(ids[j * bs : (j + 1) * bs], bs, table.salt, parent)[0]
+            key = keys_of(ids, j, j + 1, bs, table.salt, parent)[0]
         self._next_keys[seq_id] = key
         return key
 
@@ -483,7 +491,3 @@ class KeyedGrowthMixin:
 
 def _first(t: tuple[Any, ...]) -> Any:
     return t[0]
-
-
-def _take_key(t: tuple[int, Any, SeqId]) -> tuple[int, Any]:
-    return t[0], t[1]

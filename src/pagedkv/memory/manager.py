@@ -31,8 +31,8 @@ from pagedkv.memory.prefix_hash import (
     BlockHash,
     check_token_ids,
     hash_blocks,
-    int64_le,
     iter_keys,
+    keys_of,
 )
 from pagedkv.memory.swapping import SwapMixin
 from pagedkv.memory.tail_books import TailBooks
@@ -51,7 +51,8 @@ class PrefixHit:
 
 
 _KEYS_MEMO = 16
-"""Ids whose block keys ``lookup_prefix`` keeps (the oldest goes first)."""
+"""Entries the keys memo keeps (the oldest goes first): a prompt's block keys, and those of the
+blocks within a prompt's first run."""
 NO_HIT = PrefixHit((), 0)  # token ids unknown: nothing to look up (one object, made once)
 # can_allocate's answers as globals: looking an enum member up on its class costs CPython 3.11
 # about four times a global read, and admission asks at every arrival.
@@ -377,7 +378,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         if keys is None:  # ids the caller may change later: not kept, keyed to the first miss
             ids = token_ids[: n * bs]
             keys = []
-            for key in iter_keys(int64_le(ids), bs, salt):
+            for key in iter_keys(ids, bs, salt):
                 if lookup(key) is None:
                     break
                 keys.append(key)
@@ -394,13 +395,32 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         name = ids.runs if type(ids) is TokenRuns else ids if type(ids) is tuple else None
         if name is None:
             return None
-        memo = self._keys_memo
-        keys = memo.get((name, n, salt))
+        keys = self._keys_memo.get((name, n, salt))
         if keys is None:
-            keys = hash_blocks(ids[: n * self.block_size], self.block_size, salt)
-            if len(memo) >= _KEYS_MEMO:
-                del memo[next(iter(memo))]  # the oldest
-            memo[name, n, salt] = keys
+            keys = self._remember((name, n, salt), self._first_run_keys(ids, n, salt))
+        return keys
+
+    def _first_run_keys(self, ids: Sequence[int], n: int, salt: bytes | None) -> list[BlockHash]:
+        """``keys_of`` the first ``n`` blocks, those within the first of several runs from the
+        memo too: a shared prefix's run starts many prompts (their later runs differ)."""
+        bs = self.block_size
+        if type(ids) is TokenRuns and len(ids.runs) > 1:
+            first = ids.runs[0]
+            k = min(n, len(first) // bs)
+            if k:
+                head = self._keys_memo.get((first, k, salt))
+                if head is None:
+                    head = self._remember((first, k, salt), keys_of(ids, 0, k, bs, salt))
+                return head + keys_of(ids, k, n, bs, salt, head[-1])
+        return keys_of(ids, 0, n, bs, salt)
+
+    def _remember(
+        self, name: tuple[object, int, bytes | None], keys: list[BlockHash]
+    ) -> list[BlockHash]:
+        memo = self._keys_memo
+        if len(memo) >= _KEYS_MEMO:
+            del memo[next(iter(memo))]  # the oldest
+        memo[name] = keys
         return keys
 
     def _key_from_memo(self, table: BlockTable, ids: Sequence[int], salt: bytes | None) -> None:

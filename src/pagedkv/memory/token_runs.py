@@ -9,16 +9,14 @@ it and one more. Held as a tuple of Python ints, 20k requests of ~600 tokens tak
 again, O(runs)), iteration, ``+`` with another ``TokenRuns`` (adjacent runs merge, so a
 request's prompt and its outputs, consecutive in its own range, stay one run). It equals a
 tuple of the same ids and hashes like one, so it can stand wherever the tuple stood; ``+`` with
-any other sequence gives that tuple. ``int64_le`` is the ids' fixed-width little-endian int64
-encoding (the prefix cache's block keys, ``prefix_hash``) made in C from each run, without a
-Python int per id.
+any other sequence gives that tuple. The prefix cache keys a block that lies in one run from
+the run's bounds (``prefix_hash.keys_of``), without a Python int per id.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
@@ -176,27 +174,6 @@ class TokenRuns(Sequence[int]):
         if not runs:
             return None
         return min(r.start for r in runs), max(r.stop - 1 for r in runs)
-
-    def int64_le_of(self, start: int, stop: int) -> bytes:
-        """``self[start:stop].int64_le()`` (0 <= start <= stop <= len), without making the
-        slice when it lies in the last run (a table's newest block, the usual case)."""
-        runs = self._runs
-        if runs:
-            last = runs[-1]
-            offset = self._len - len(last)
-            if start >= offset:
-                r = last[start - offset : stop - offset]
-                return struct.pack(f"<{len(r)}q", *r)
-        return self[start:stop].int64_le()
-
-    def int64_le(self) -> bytes:
-        """The ids as consecutive little-endian int64 (the caller has checked they fit).
-        ``struct`` packs a range's ids in C, about twice as fast as ``array.extend``."""
-        runs = self._runs
-        if len(runs) == 1:
-            r = runs[0]
-            return struct.pack(f"<{len(r)}q", *r)
-        return b"".join(struct.pack(f"<{len(r)}q", *r) for r in runs)
 
 
 _EMPTY = TokenRuns()
