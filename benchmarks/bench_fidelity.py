@@ -9,7 +9,7 @@ below runs at every block size through the real executor and the simulator. Work
 evaluated ones are seeded apart from the profile's calibration runs):
 
 * ``poisson``: Poisson arrivals at about half of what decode batches of 8 sustain (from the
-  profile), memory ample;
+  profile), memory ample (4096 token slots at every block size);
 * ``chunked+prefix``: chunked prefill (budget 256 tokens) and prefix caching, every prompt
   starting with one 32-token prefix;
 * ``recompute`` / ``swap``: all arrivals at once into 640 token slots, so preemption happens.
@@ -48,13 +48,15 @@ from pagedkv.tensors.profile_config import FidelityConfig, ProfileConfig
 from pagedkv.tensors.profiler import profile
 
 SLOTS = 640  # token slots of the preemption workloads
+AMPLE = 4096  # token slots of the others (256 blocks of 16), the same at every block size
 
 
 def workloads(rate: float, bs: int) -> dict[str, dict[str, Any]]:
     return {
-        "poisson": {"request_rate": rate},
+        "poisson": {"request_rate": rate, "num_gpu_blocks": AMPLE // bs},
         "chunked+prefix": {
             "request_rate": rate,
+            "num_gpu_blocks": AMPLE // bs,
             "enable_chunked_prefill": True,
             "max_num_batched_tokens": 256,
             "enable_prefix_caching": True,

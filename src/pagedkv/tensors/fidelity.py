@@ -4,7 +4,10 @@ The real run is the simulator's Engine and Scheduler driving the ``TorchExecutor
 duration measured with the profile's clock); the simulated runs are the same Engine on a
 ``SimExecutor`` priced by the profile (``ProfiledCost``) and by today's roofline on this device
 (``Profile.rates``: achieved rates as peaks, the profile's calibration overhead per step). The
-profile comes from its own runs (``pagedkv profile``), never from this workload.
+profile comes from its own runs (``pagedkv profile``), never from this workload. The simulated
+runs are given the real run's sampled ids as their requests' outputs (``as_sampled``), so both
+key the same blocks for prefix caching: where the clock cannot reorder anything (all arrivals
+at once) the two runs schedule alike, batch for batch.
 
 Errors, each defined once here (sim = simulated, real = measured):
 
@@ -60,8 +63,11 @@ METRICS = {
 }
 
 
-def _metrics(engine: Engine) -> dict[str, float]:
+def _metrics(engine: Engine, sampled: dict[int, tuple[int, ...]] | None = None) -> dict[str, float]:
+    """The run's metrics; ``sampled`` (if given) receives each request's sampled ids."""
     run = engine.run()
+    if sampled is not None:
+        sampled.update({r.request_id: tuple(r.output_token_ids) for r in run.requests})
     s = summarize(run.requests, run.totals, run.sim_time, engine.scheduler.kv.capacity)
     out: dict[str, float] = {}
     for name, path in METRICS.items():
@@ -97,6 +103,22 @@ def _sim(
     recorder = Recorder(SimExecutor(cost))  # not a SimExecutor: every round is stepped
     engine = Engine(policy(sched, policy.make_allocator(cache, sched)), recorder, specs)
     return engine, recorder
+
+
+def as_sampled(specs: list[RequestSpec], sampled: dict[int, tuple[int, ...]]) -> list[RequestSpec]:
+    """``specs`` with the real run's sampled ids as the tokens a simulated model generates
+    (``output_token_ids``; the output length what the real run generated). Without them the
+    simulator knows no output id, so with prefix caching a request preempted after its first
+    token (its recompute covers prompt and outputs) finds no cached prefix at all, where the
+    real run hits its own prompt's blocks and the shared prefix; and freed output blocks stay
+    cached (and evictable in LRU order) in the real run only. The ids are the seeded
+    draws' (``TorchExecutor``), which do not depend on the schedule, so they are what the
+    simulated schedule's real run would sample too."""
+    out = []
+    for s in specs:
+        ids = sampled[s.request_id]
+        out.append(dataclasses.replace(s, output_len=len(ids), output_token_ids=ids))
+    return out
 
 
 def _errors(
@@ -169,6 +191,7 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         clock, _ = device_clock(cfg.device, threads)
         model = Decoder.random(config, seed=cfg.seed, dtype=DTYPES[profile.dtype], device=device)
         runs = []
+        sampled: dict[int, tuple[int, ...]] = {}
         # a warm-up run first: first calls allocate and build
         for warm in (True, False, *([False] if cfg.noise_floor else [])):
             engine = build_real_engine(
@@ -184,7 +207,7 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
             engine.executor.clock = clock
             recorder = Recorder(Repeated(engine.executor, cfg.repeats))
             engine.executor = recorder
-            runs.append((_metrics(engine), recorder.steps))
+            runs.append((_metrics(engine, None if warm else sampled), recorder.steps))
     real, real_steps = runs[1]
     costs: dict[str, CostModel] = {
         "profiled": ProfiledCost(profile, spec, cfg.block_size),
@@ -208,7 +231,7 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         out["real_again"] = again
         out["noise"] = _errors(real, again, real_steps, again_steps, None)
     for name, cost in costs.items():
-        engine, recorder = _sim(cfg, sched, specs, cost)
+        engine, recorder = _sim(cfg, sched, as_sampled(specs, sampled), cost)
         sim = _metrics(engine)
         out[f"{name}_sim"] = sim
         errors = _errors(real, sim, real_steps, recorder.steps, cost)
