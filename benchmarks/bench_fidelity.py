@@ -17,8 +17,11 @@ evaluated ones are seeded apart from the profile's calibration runs):
 Per run: the per-step |error| (median, p90) and the sim / real - 1 of output-token throughput,
 mean TTFT and mean TPOT, for the profiled model, the roofline of the same machine and a second
 real run (the noise floor: real vs real); and the profile without its ``layer_residual`` (the
-operators' sum alone) on the same runs. One torch thread, timed with this thread's CPU time
-(other processes do not count), each real step the median of ``--repeats`` timings.
+operators' sum alone) on the same runs; and ``replay``, the simulator with every step
+taking what the real run measured for its shape (the median): what one shape's spread of
+measured times does to the TTFT and TPOT through the schedule, which no cost model removes.
+One torch thread, timed with this thread's CPU time (other processes do not count), each real
+step the median of ``--repeats`` timings.
 
 A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
 processes contend for the caches and memory, which this thread's CPU time does not hide), so
@@ -101,6 +104,7 @@ def main() -> None:
     for col in ("throughput", "TTFT", "TPOT"):
         table.add_column(col, justify="right")
     table.add_column("operators' sum: step med/p90, TTFT", justify="right")
+    table.add_column("replay: TTFT, TPOT", justify="right")
     results: list[dict[str, Any]] = []
     drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,6 +160,7 @@ def main() -> None:
                         pair("ttft_error"),
                         pair("tpot_error"),
                         _operators(run.get("operators")),
+                        f"{run['replay']['ttft_error']:+.1%}, {run['replay']['tpot_error']:+.1%}",
                     )
             again = profile(cfg)
             first, second = (ProfiledCost(q, spec, args.block_sizes[0]) for q in (prof, again))

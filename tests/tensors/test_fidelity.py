@@ -53,10 +53,12 @@ def test_real_and_simulated_runs_schedule_alike(
     )
     if slots < 1000:  # the memory binds: preemption happens
         assert run["real"]["preemptions"] > 0
-    for part in ("summary", "roofline"):
+    for part in ("summary", "roofline", "replay"):
         assert run[part]["iterations_agree"], part
         assert run[part]["iterations_sim"] == run[part]["iterations_real"]
     assert run["profiled_sim"]["preemptions"] == run["real"]["preemptions"]
+    # the same schedule: every step of the replay is one the real run measured
+    assert run["replay"]["replayed_steps"] == run["real"]["iterations"]
 
 
 def test_as_sampled_plans_the_real_outputs() -> None:

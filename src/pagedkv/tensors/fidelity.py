@@ -18,6 +18,13 @@ Errors, each defined once here (sim = simulated, real = measured):
 * iterations_real, iterations_sim: the runs' iteration counts; iterations_agree: whether the
   two runs computed the same sequence of batch shapes.
 
+``replay`` holds the same errors of a simulation whose every step takes what the real run
+measured for a step of its shape (the median; ``Replay``): 0 where the real run repeated no
+shape (the simulator then reproduces it step for step, a check of the schedule itself), and
+otherwise what one shape's spread of measured times does to the schedule (an arrival landing
+on the other side of a step boundary changes the batches after it): an error that no cost
+model, which prices one shape one way, removes.
+
 ``roofline`` holds the same errors for today's roofline and, for a profile with a
 ``layer_residual``, ``operators`` for the profile without it (the operators' sum alone): what
 the whole-step term changes, on the same runs.
@@ -51,7 +58,7 @@ from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig
 from pagedkv.tensors.profile_ops import DTYPES
-from pagedkv.tensors.profile_runs import Recorder, Repeated, roofline_of, workload
+from pagedkv.tensors.profile_runs import Recorder, Repeated, Replay, roofline_of, workload
 from pagedkv.tensors.profiler import check_device, device_clock, torch_threads
 from pagedkv.workloads.spec import RequestSpec
 
@@ -91,7 +98,11 @@ def _scheduler(cfg: FidelityConfig, max_len: int) -> SchedulerConfig:
 
 
 def _sim(
-    cfg: FidelityConfig, sched: SchedulerConfig, specs: list[RequestSpec], cost: CostModel
+    cfg: FidelityConfig,
+    sched: SchedulerConfig,
+    specs: list[RequestSpec],
+    cost: CostModel,
+    executor: Any = None,
 ) -> tuple[Engine, Recorder]:
     cache = CacheConfig(
         num_gpu_blocks=cfg.num_gpu_blocks,
@@ -100,7 +111,8 @@ def _sim(
         enable_prefix_caching=cfg.enable_prefix_caching,
     )
     policy = SCHEDULERS[sched.scheduler]
-    recorder = Recorder(SimExecutor(cost))  # not a SimExecutor: every round is stepped
+    # not a SimExecutor: every round is stepped
+    recorder = Recorder(SimExecutor(cost) if executor is None else executor)
     engine = Engine(policy(sched, policy.make_allocator(cache, sched)), recorder, specs)
     return engine, recorder
 
@@ -207,8 +219,9 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
             engine.executor.clock = clock
             recorder = Recorder(Repeated(engine.executor, cfg.repeats))
             engine.executor = recorder
-            runs.append((_metrics(engine, None if warm else sampled), recorder.steps))
-    real, real_steps = runs[1]
+            runs.append((_metrics(engine, None if warm else sampled), recorder))
+    real, real_recorder = runs[1]
+    real_steps = real_recorder.steps
     costs: dict[str, CostModel] = {
         "profiled": ProfiledCost(profile, spec, cfg.block_size),
         "roofline": roofline_of(
@@ -227,13 +240,19 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         costs["operators"] = ProfiledCost(bare, spec, cfg.block_size)
     out: dict[str, Any] = {"real": real, "profile_source": dict(profile.source)}
     if cfg.noise_floor:
-        again, again_steps = runs[2]
+        again, again_recorder = runs[2]
         out["real_again"] = again
-        out["noise"] = _errors(real, again, real_steps, again_steps, None)
+        out["noise"] = _errors(real, again, real_steps, again_recorder.steps, None)
     for name, cost in costs.items():
         engine, recorder = _sim(cfg, sched, as_sampled(specs, sampled), cost)
         sim = _metrics(engine)
         out[f"{name}_sim"] = sim
         errors = _errors(real, sim, real_steps, recorder.steps, cost)
         out["summary" if name == "profiled" else name] = errors
+    # the real run's own step times on the simulated schedule (``Replay``): the schedule's share
+    replay = Replay(real_recorder, costs["profiled"])
+    engine, recorder = _sim(cfg, sched, as_sampled(specs, sampled), costs["profiled"], replay)
+    out["replay_sim"] = _metrics(engine)
+    out["replay"] = _errors(real, out["replay_sim"], real_steps, recorder.steps, None)
+    out["replay"]["replayed_steps"] = replay.replayed
     return out
