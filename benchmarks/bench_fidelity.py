@@ -9,7 +9,7 @@ below runs at every block size through the real executor and the simulator. Work
 evaluated ones are seeded apart from the profile's calibration runs):
 
 * ``poisson``: Poisson arrivals at about half of what decode batches of 8 sustain (from the
-  profile), memory ample;
+  profile), memory ample (4096 token slots at every block size);
 * ``chunked+prefix``: chunked prefill (budget 256 tokens) and prefix caching, every prompt
   starting with one 32-token prefix;
 * ``recompute`` / ``swap``: all arrivals at once into 640 token slots, so preemption happens.
@@ -17,8 +17,11 @@ evaluated ones are seeded apart from the profile's calibration runs):
 Per run: the per-step |error| (median, p90) and the sim / real - 1 of output-token throughput,
 mean TTFT and mean TPOT, for the profiled model, the roofline of the same machine and a second
 real run (the noise floor: real vs real); and the profile without its ``layer_residual`` (the
-operators' sum alone) on the same runs. One torch thread, timed with this thread's CPU time
-(other processes do not count), each real step the median of ``--repeats`` timings.
+operators' sum alone) on the same runs; and ``replay``, the simulator with every step
+taking what the real run measured for its shape (the median): what one shape's spread of
+measured times does to the TTFT and TPOT through the schedule, which no cost model removes.
+One torch thread, timed with this thread's CPU time (other processes do not count), each real
+step the median of ``--repeats`` timings.
 
 A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
 processes contend for the caches and memory, which this thread's CPU time does not hide), so
@@ -48,13 +51,15 @@ from pagedkv.tensors.profile_config import FidelityConfig, ProfileConfig
 from pagedkv.tensors.profiler import profile
 
 SLOTS = 640  # token slots of the preemption workloads
+AMPLE = 4096  # token slots of the others (256 blocks of 16), the same at every block size
 
 
 def workloads(rate: float, bs: int) -> dict[str, dict[str, Any]]:
     return {
-        "poisson": {"request_rate": rate},
+        "poisson": {"request_rate": rate, "num_gpu_blocks": AMPLE // bs},
         "chunked+prefix": {
             "request_rate": rate,
+            "num_gpu_blocks": AMPLE // bs,
             "enable_chunked_prefill": True,
             "max_num_batched_tokens": 256,
             "enable_prefix_caching": True,
@@ -99,6 +104,7 @@ def main() -> None:
     for col in ("throughput", "TTFT", "TPOT"):
         table.add_column(col, justify="right")
     table.add_column("operators' sum: step med/p90, TTFT", justify="right")
+    table.add_column("replay: TTFT, TPOT", justify="right")
     results: list[dict[str, Any]] = []
     drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,6 +160,7 @@ def main() -> None:
                         pair("ttft_error"),
                         pair("tpot_error"),
                         _operators(run.get("operators")),
+                        f"{run['replay']['ttft_error']:+.1%}, {run['replay']['tpot_error']:+.1%}",
                     )
             again = profile(cfg)
             first, second = (ProfiledCost(q, spec, args.block_sizes[0]) for q in (prof, again))

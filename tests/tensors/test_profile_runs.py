@@ -91,3 +91,82 @@ def test_repeated_reports_the_median_and_the_first_result(
         # a median: at most half of the runs on either side of it
         assert sum(t < result.ticks for t in ticks) <= len(ticks) // 2
         assert sum(t > result.ticks for t in ticks) <= len(ticks) // 2
+
+
+def _sim_engine(executor: Any, seed: int, rate: float, bs: int, swap: bool, prefix: bool) -> Any:
+    from pagedkv.engine.engine import Engine
+    from pagedkv.engine.policies import SCHEDULERS
+    from pagedkv.memory.config import CacheConfig
+
+    specs = workload(10, 500, (4, 40), (2, 20), rate, seed, shared_prefix=8 if prefix else 0)
+    sched = SchedulerConfig(
+        max_model_len=256,
+        preemption_mode="swap" if swap else "recompute",  # type: ignore[arg-type]
+        enable_chunked_prefill=prefix,
+        max_num_batched_tokens=64 if prefix else None,
+        max_num_seqs=8,
+    )
+    cache = CacheConfig(
+        num_gpu_blocks=-(-160 // bs), block_size=bs, num_cpu_blocks=64, enable_prefix_caching=prefix
+    )
+    policy = SCHEDULERS["vllm"]
+    return Engine(policy(sched, policy.make_allocator(cache, sched)), executor, specs)
+
+
+def _roofline(bs: int) -> Any:
+    from pagedkv.tensors.profile_runs import roofline_of
+
+    spec = resolve_model("tiny-llama", "float32")[1]
+    rates = {"matmul_flops": 1e10, "read_bandwidth": 1e10, "copy_bandwidth": 1e9}
+    return roofline_of(rates, spec, bs, 1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    rate=st.sampled_from([0.0, 50.0, 500.0]),
+    bs=st.sampled_from([1, 4, 16]),
+    swap=st.booleans(),
+    prefix=st.booleans(),
+)
+def test_replay_of_a_run_reproduces_it_to_the_tick(
+    seed: int, rate: float, bs: int, swap: bool, prefix: bool
+) -> None:
+    """Differential: a run priced by a cost model (each step's time a function of its shape and
+    swaps) replayed on the same workload takes every step's recorded ticks, so it schedules and
+    finishes every request at the same tick; a replay of nothing is the cost model itself."""
+    from pagedkv.engine.executor import SimExecutor
+    from pagedkv.tensors.profile_runs import Replay
+
+    cost = _roofline(bs)
+    first = Recorder(SimExecutor(cost))
+    run = _sim_engine(first, seed, rate, bs, swap, prefix).run()
+    replay = Replay(first, cost)
+    again = Recorder(replay)
+    rerun = _sim_engine(again, seed, rate, bs, swap, prefix).run()
+    assert again.ticks == first.ticks
+    assert [s[:2] for s in again.steps] == [s[:2] for s in first.steps]
+    assert replay.replayed == len(first.steps)
+    times = [(r.request_id, r.first_token_time, r.finish_time) for r in run.requests]
+    assert [(r.request_id, r.first_token_time, r.finish_time) for r in rerun.requests] == times
+    empty = Replay(Recorder(None), cost)
+    priced = Recorder(empty)
+    _sim_engine(priced, seed, rate, bs, swap, prefix).run()
+    assert priced.ticks == first.ticks
+    assert empty.replayed == 0
+
+
+def test_replay_takes_the_median_of_a_shape() -> None:
+    from pagedkv.engine.batch_shape import BatchShape
+    from pagedkv.engine.request import Request
+    from pagedkv.engine.scheduler import ScheduledChunk
+    from pagedkv.tensors.profile_runs import Replay
+
+    rec = Recorder(None)
+    shape = BatchShape.from_chunks([(5, 0)])
+    for ticks in (30, 10, 20, 1000):
+        rec.steps.append((shape, 0, 0.0))
+        rec.ticks.append(ticks)
+    replay = Replay(rec, _roofline(16))
+    batch = SchedulerOutput(chunks=[ScheduledChunk(Request(0, 0.0, 5, 3), 5, 0)])
+    assert replay.execute(batch).ticks == 25  # the middle two's mean, down

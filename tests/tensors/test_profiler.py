@@ -163,7 +163,13 @@ def test_fidelity_reports_the_noise_floor_of_a_second_real_run(tiny_profile: Pat
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"), [({"repeats": 0}, "repeats"), ({"noise_floor": 1}, "noise_floor")]
+    ("kwargs", "field"),
+    [
+        ({"repeats": 0}, "repeats"),
+        ({"noise_floor": 1}, "noise_floor"),
+        ({"num_gpu_blocks": 5}, "num_gpu_blocks"),  # 80 slots; the longest request holds 191
+        ({"num_gpu_blocks": 191, "block_size": 1, "max_output_len": 65}, "num_gpu_blocks"),
+    ],
 )
 def test_fidelity_config_rejects(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as err:

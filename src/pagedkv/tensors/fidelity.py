@@ -4,7 +4,10 @@ The real run is the simulator's Engine and Scheduler driving the ``TorchExecutor
 duration measured with the profile's clock); the simulated runs are the same Engine on a
 ``SimExecutor`` priced by the profile (``ProfiledCost``) and by today's roofline on this device
 (``Profile.rates``: achieved rates as peaks, the profile's calibration overhead per step). The
-profile comes from its own runs (``pagedkv profile``), never from this workload.
+profile comes from its own runs (``pagedkv profile``), never from this workload. The simulated
+runs are given the real run's sampled ids as their requests' outputs (``as_sampled``), so both
+key the same blocks for prefix caching: where the clock cannot reorder anything (all arrivals
+at once) the two runs schedule alike, batch for batch.
 
 Errors, each defined once here (sim = simulated, real = measured):
 
@@ -14,6 +17,13 @@ Errors, each defined once here (sim = simulated, real = measured):
   throughput and of mean TTFT, TPOT and end-to-end latency (``pagedkv.engine.metrics``);
 * iterations_real, iterations_sim: the runs' iteration counts; iterations_agree: whether the
   two runs computed the same sequence of batch shapes.
+
+``replay`` holds the same errors of a simulation whose every step takes what the real run
+measured for a step of its shape (the median; ``Replay``): 0 where the real run repeated no
+shape (the simulator then reproduces it step for step, a check of the schedule itself), and
+otherwise what one shape's spread of measured times does to the schedule (an arrival landing
+on the other side of a step boundary changes the batches after it): an error that no cost
+model, which prices one shape one way, removes.
 
 ``roofline`` holds the same errors for today's roofline and, for a profile with a
 ``layer_residual``, ``operators`` for the profile without it (the operators' sum alone): what
@@ -48,7 +58,7 @@ from pagedkv.tensors.model import Decoder
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig
 from pagedkv.tensors.profile_ops import DTYPES
-from pagedkv.tensors.profile_runs import Recorder, Repeated, roofline_of, workload
+from pagedkv.tensors.profile_runs import Recorder, Repeated, Replay, roofline_of, workload
 from pagedkv.tensors.profiler import check_device, device_clock, torch_threads
 from pagedkv.workloads.spec import RequestSpec
 
@@ -60,8 +70,11 @@ METRICS = {
 }
 
 
-def _metrics(engine: Engine) -> dict[str, float]:
+def _metrics(engine: Engine, sampled: dict[int, tuple[int, ...]] | None = None) -> dict[str, float]:
+    """The run's metrics; ``sampled`` (if given) receives each request's sampled ids."""
     run = engine.run()
+    if sampled is not None:
+        sampled.update({r.request_id: tuple(r.output_token_ids) for r in run.requests})
     s = summarize(run.requests, run.totals, run.sim_time, engine.scheduler.kv.capacity)
     out: dict[str, float] = {}
     for name, path in METRICS.items():
@@ -85,7 +98,11 @@ def _scheduler(cfg: FidelityConfig, max_len: int) -> SchedulerConfig:
 
 
 def _sim(
-    cfg: FidelityConfig, sched: SchedulerConfig, specs: list[RequestSpec], cost: CostModel
+    cfg: FidelityConfig,
+    sched: SchedulerConfig,
+    specs: list[RequestSpec],
+    cost: CostModel,
+    executor: Any = None,
 ) -> tuple[Engine, Recorder]:
     cache = CacheConfig(
         num_gpu_blocks=cfg.num_gpu_blocks,
@@ -94,9 +111,26 @@ def _sim(
         enable_prefix_caching=cfg.enable_prefix_caching,
     )
     policy = SCHEDULERS[sched.scheduler]
-    recorder = Recorder(SimExecutor(cost))  # not a SimExecutor: every round is stepped
+    # not a SimExecutor: every round is stepped
+    recorder = Recorder(SimExecutor(cost) if executor is None else executor)
     engine = Engine(policy(sched, policy.make_allocator(cache, sched)), recorder, specs)
     return engine, recorder
+
+
+def as_sampled(specs: list[RequestSpec], sampled: dict[int, tuple[int, ...]]) -> list[RequestSpec]:
+    """``specs`` with the real run's sampled ids as the tokens a simulated model generates
+    (``output_token_ids``; the output length what the real run generated). Without them the
+    simulator knows no output id, so with prefix caching a request preempted after its first
+    token (its recompute covers prompt and outputs) finds no cached prefix at all, where the
+    real run hits its own prompt's blocks and the shared prefix; and freed output blocks stay
+    cached (and evictable in LRU order) in the real run only. The ids are the seeded
+    draws' (``TorchExecutor``), which do not depend on the schedule, so they are what the
+    simulated schedule's real run would sample too."""
+    out = []
+    for s in specs:
+        ids = sampled[s.request_id]
+        out.append(dataclasses.replace(s, output_len=len(ids), output_token_ids=ids))
+    return out
 
 
 def _errors(
@@ -169,6 +203,7 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         clock, _ = device_clock(cfg.device, threads)
         model = Decoder.random(config, seed=cfg.seed, dtype=DTYPES[profile.dtype], device=device)
         runs = []
+        sampled: dict[int, tuple[int, ...]] = {}
         # a warm-up run first: first calls allocate and build
         for warm in (True, False, *([False] if cfg.noise_floor else [])):
             engine = build_real_engine(
@@ -184,8 +219,9 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
             engine.executor.clock = clock
             recorder = Recorder(Repeated(engine.executor, cfg.repeats))
             engine.executor = recorder
-            runs.append((_metrics(engine), recorder.steps))
-    real, real_steps = runs[1]
+            runs.append((_metrics(engine, None if warm else sampled), recorder))
+    real, real_recorder = runs[1]
+    real_steps = real_recorder.steps
     costs: dict[str, CostModel] = {
         "profiled": ProfiledCost(profile, spec, cfg.block_size),
         "roofline": roofline_of(
@@ -204,13 +240,19 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
         costs["operators"] = ProfiledCost(bare, spec, cfg.block_size)
     out: dict[str, Any] = {"real": real, "profile_source": dict(profile.source)}
     if cfg.noise_floor:
-        again, again_steps = runs[2]
+        again, again_recorder = runs[2]
         out["real_again"] = again
-        out["noise"] = _errors(real, again, real_steps, again_steps, None)
+        out["noise"] = _errors(real, again, real_steps, again_recorder.steps, None)
     for name, cost in costs.items():
-        engine, recorder = _sim(cfg, sched, specs, cost)
+        engine, recorder = _sim(cfg, sched, as_sampled(specs, sampled), cost)
         sim = _metrics(engine)
         out[f"{name}_sim"] = sim
         errors = _errors(real, sim, real_steps, recorder.steps, cost)
         out["summary" if name == "profiled" else name] = errors
+    # the real run's own step times on the simulated schedule (``Replay``): the schedule's share
+    replay = Replay(real_recorder, costs["profiled"])
+    engine, recorder = _sim(cfg, sched, as_sampled(specs, sampled), costs["profiled"], replay)
+    out["replay_sim"] = _metrics(engine)
+    out["replay"] = _errors(real, out["replay_sim"], real_steps, recorder.steps, None)
+    out["replay"]["replayed_steps"] = replay.replayed
     return out

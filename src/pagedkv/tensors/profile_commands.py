@@ -75,6 +75,7 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
         parts["operators' sum"] = result["operators"]
     if "noise" in result:
         parts["real again (noise)"] = result["noise"]
+    parts["real times replayed"] = result["replay"]  # the schedule's share of each error
     table.add_column("metric", justify="left")
     for col in parts:
         table.add_column(col, justify="right")
@@ -90,7 +91,7 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
         "iterations (real / sim)",
         *(f"{e['iterations_real']} / {e['iterations_sim']}" for e in parts.values()),
     )
-    Console(width=100).print(table)
+    Console(width=120).print(table)
     if args.json:
         atomic_write_json(args.json, result)
     return 0

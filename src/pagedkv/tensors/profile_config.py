@@ -81,7 +81,9 @@ class FidelityConfig:
         0, "Tokens of one prefix every prompt starts with (prefix caching hits it)."
     )
     block_size: int = help_field(16, "Token slots per KV block (one the profile measured).")
-    num_gpu_blocks: int = help_field(256, "KV blocks in the pool (>= 1).")
+    num_gpu_blocks: int = help_field(
+        256, "KV blocks in the pool (>= 1; enough to hold the longest request)."
+    )
     num_cpu_blocks: int = help_field(128, "Blocks of the CPU swap pool (>= 0).")
     scheduler: str = help_field("vllm", "Scheduling policy (see `pagedkv simulate --help`).")
     preemption_mode: str = help_field("recompute", "'recompute' or 'swap'.")
@@ -110,6 +112,15 @@ class FidelityConfig:
         check_int("max_output_len", self.max_output_len, self.min_output_len)
         check_int("shared_prefix_len", self.shared_prefix_len, 0)
         check_int("num_gpu_blocks", self.num_gpu_blocks, 1)
+        longest = self.max_prompt_len + self.max_output_len - 1  # K/V tokens it ever holds
+        if self.num_gpu_blocks * self.block_size < longest:
+            # a request the pool can never hold is rejected, and has no latency to compare
+            raise ConfigError(
+                "num_gpu_blocks",
+                self.num_gpu_blocks,
+                f"must hold the longest request ({longest} tokens: "
+                f"{-(-longest // self.block_size)} blocks of {self.block_size})",
+            )
         check_int("num_cpu_blocks", self.num_cpu_blocks, 0)
         r = self.request_rate
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not r >= 0:

@@ -1,6 +1,6 @@
 """Runs of the real executor that ``profile`` and ``fidelity`` share: a seeded workload, an
-executor wrapper that records every step, the calibration runs, and a roofline of this device
-(``Profile.rates``: achieved rates, so efficiencies 1)."""
+executor wrapper that records every step, one that replays the recorded times, the calibration
+runs, and a roofline of this device (``Profile.rates``: achieved rates, so efficiencies 1)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.config import SchedulerConfig
-from pagedkv.engine.cost_model import RooflineConfig, RooflineCost
+from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost
 from pagedkv.engine.executor import StepResult, batch_shape
 from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.models.gpus import GiB, GPUSpec
@@ -30,6 +30,7 @@ class Recorder:
         self.inner = inner
         self.before = before
         self.steps: list[tuple[BatchShape, int, float]] = []
+        self.ticks: list[int] = []  # each step's duration in the clock's ticks, exact
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
         if self.before is not None:
@@ -37,6 +38,7 @@ class Recorder:
         result: StepResult = self.inner.execute(batch)
         swapped = len(batch.swap_out) + len(batch.swap_in)
         self.steps.append((batch_shape(batch), swapped, result.duration))
+        self.ticks.append(result.ticks)
         return result
 
 
@@ -56,6 +58,32 @@ class Repeated:
         times = [result.ticks]
         times += [self.inner.execute(batch).ticks for _ in range(self.repeats - 1)]
         return dataclasses.replace(result, ticks=median_ticks(times))
+
+
+class Replay:
+    """An executor whose steps take what the real run measured: each step the median of the
+    real steps of the same shape and swaps (``recorded``, a ``Recorder`` of the real run), a
+    step of a shape the real run never ran priced by ``cost``. A simulation on it has the real
+    run's clock with the simulator's schedule: what remains of an error is the schedule's
+    (arrivals landing on the other side of a step boundary), not the cost model's."""
+
+    def __init__(self, recorded: Recorder, cost: CostModel) -> None:
+        by: dict[tuple[BatchShape, int], list[int]] = {}
+        for (shape, swapped, _), ticks in zip(recorded.steps, recorded.ticks, strict=True):
+            by.setdefault((shape, swapped), []).append(ticks)
+        self.ticks = {key: median_ticks(times) for key, times in by.items()}
+        self.cost = cost
+        self.replayed = 0  # steps that took a measured time
+
+    def execute(self, batch: SchedulerOutput) -> StepResult:
+        shape = batch_shape(batch)
+        swapped = len(batch.swap_out) + len(batch.swap_in)
+        ticks = self.ticks.get((shape, swapped))
+        if ticks is None:
+            ticks = self.cost.step_ticks(shape) + (self.cost.swap_ticks(swapped) if swapped else 0)
+        else:
+            self.replayed += 1
+        return StepResult(ticks)
 
 
 def median_ticks(ticks: list[int]) -> int:
