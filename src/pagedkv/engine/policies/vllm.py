@@ -127,7 +127,7 @@ class VllmScheduler(Scheduler):
     def _refuses_again(self, head: Request, free: int) -> bool:
         """Would ``_admit_waiting`` refuse ``head`` again, as it did last? Its first test
         reads only the running count, the head's pending tokens and final length, and
-        ``can_allocate``'s free blocks (no token ids, no pinned prefix: no prefix hit; the
+        ``can_allocate``'s free blocks (no token ids read, no pinned prefix: no prefix hit; the
         watermark is fixed): with the first three as they were and no more blocks free than
         then, every test answers as then (each needs at least as many free blocks)."""
         refused = self._refused
@@ -138,7 +138,7 @@ class VllmScheduler(Scheduler):
             and refused[2] == head.num_pending_tokens
             and free <= refused[3]
             and self._memory_admits
-            and not self.has_token_ids
+            and not (self.has_token_ids and self.paged.reads_token_ids)
             and not self.paged.num_pinned_blocks
         )
 
