@@ -559,7 +559,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             self._settle()
         self._ids_seen = True
         hit = self._hit(num_tokens, token_ids, cache_salt)
-        if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
+        if self._free_blocks_taken(num_tokens, hit) > self.num_free_blocks:  # (growth's held)
             return None
         salt = _to_salt(cache_salt)
         table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
