@@ -133,7 +133,8 @@ def test_a_contiguous_queue_runs_in_one_cohort(
     admission round and the first decode round (after which the cohort starts: these policies
     promise no ``decodes_next``; with chunked prefill the cohort starts after the first, a
     round that is not a decode, whose policy fills chunked rounds); every later admission
-    happens inside the cohort, and the run equals the reference. Token ids play no part in contiguous memory: they change none of it."""
+    happens inside the cohort, and the run equals the reference. Token ids play no part in
+    contiguous memory: they change none of it."""
 
     workload = [RequestSpec(i, 20 + i % 7, 30 + 11 * i, 0.0) for i in range(40)]
     if token_ids:

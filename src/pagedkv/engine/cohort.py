@@ -263,9 +263,7 @@ class Cohort:
                     # them); unkeyed token ids play no part in growth. (Contiguous memory:
                     # none of them.)
                     keyed = self.keyed
-                    if self.regions is None and (
-                        sched.has_beams or (keyed and sched.has_groups)
-                    ):
+                    if self.regions is None and (sched.has_beams or (keyed and sched.has_groups)):
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return

@@ -219,4 +219,3 @@ def _solve(a: int, b: int, duration: int) -> int:
     if denom <= 0:
         raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
     return max(1, math.ceil(2 * fd / denom))
-
