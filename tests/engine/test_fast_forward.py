@@ -209,8 +209,9 @@ def test_decodes_next_keeps_its_promise(
 ) -> None:
     """Whenever a policy says the next round is a plain decode (the fast-forward then starts a
     window without running that round), the round it schedules is one: every running request
-    computes exactly its next token, nobody is admitted or resumed; only a preemption (blocks
-    short, which a window stops before) may change the set."""
+    computes exactly its next token, nobody is admitted or resumed; only blocks running short
+    (a round the cohort stops before) may change the set: a preemption, or for a policy that
+    does not preempt, a request that stalls."""
     chunked = chunked and scheduler not in UNCHUNKED
     engine = make_engine(
         scheduler,
@@ -234,7 +235,11 @@ def test_decodes_next_keeps_its_promise(
         if promise:
             assert not out.swap_in
             if not out.preempted:
-                assert [c.request for c in out.chunks] == before
+                got = [c.request for c in out.chunks]
+                if sched.preempts:
+                    assert got == before
+                else:  # one short of a block stalls
+                    assert got == [r for r in before if r in got]
                 for c in out.chunks:
                     assert c.num_new_tokens == 1
                     assert c.num_cached_tokens == c.request.num_tokens - 1
