@@ -203,12 +203,6 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         Otherwise a table carries none: ids given to ``allocate`` are checked and dropped."""
         return self._ids_read
 
-    @property
-    def all_blocks_private(self) -> bool:
-        """Does every used GPU block have exactly one reference (no fork, prefix hit or pinned
-        prefix shared)? Then freeing a sequence frees each of its blocks."""
-        return self.gpu.num_refs == self.gpu.num_used
-
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
         return cdiv(num_tokens, self.block_size)
