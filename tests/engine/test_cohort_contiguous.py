@@ -12,7 +12,6 @@ from hypothesis import given, settings
 
 from pagedkv.engine import cohort
 from pagedkv.engine.cost_model import UnitCost
-from pagedkv.engine.fast_forward import FastForward
 from pagedkv.engine.metrics import request_record
 from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.policies.contiguous import ContiguousScheduler
@@ -128,17 +127,14 @@ def test_contiguous_plans_keep_their_promises(
 @pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("scheduler", ["orca-oracle", "orca-max", "firstfit-pow2"])
 def test_a_contiguous_queue_runs_in_one_cohort(
-    scheduler: str, chunked: bool, token_ids: bool, monkeypatch: pytest.MonkeyPatch
+    scheduler: str, chunked: bool, token_ids: bool
 ) -> None:
     """Forty requests at once into space for a few regions: the scheduler runs only the first
     admission round and the first decode round (after which the cohort starts: these policies
     promise no ``decodes_next``; with chunked prefill the cohort starts after the first, a
     round that is not a decode, whose policy fills chunked rounds); every later admission
-    happens inside the cohort, the windows path is never taken, and the run equals the
-    reference. Token ids play no part in contiguous memory: they change none of it."""
-
-    def no_window(self: FastForward) -> str | None:
-        raise AssertionError("the windows path ran")
+    happens inside the cohort, and the run equals the reference. Token ids play no part in
+    contiguous memory: they change none of it."""
 
     workload = [RequestSpec(i, 20 + i % 7, 30 + 11 * i, 0.0) for i in range(40)]
     if token_ids:
@@ -147,7 +143,6 @@ def test_a_contiguous_queue_runs_in_one_cohort(
     if chunked:
         kw |= {"chunked": True, "max_num_batched_tokens": 64, "max_num_seqs": 64}
     ref = run(True, workload, ROOFLINE, scheduler=scheduler, **kw)
-    monkeypatch.setattr(FastForward, "_window", no_window)
     engine = make_engine(scheduler, workload, cost=ROOFLINE, **kw)
     assert isinstance(engine.scheduler.kv, ContiguousAllocator)
     calls = count_schedules(engine)
@@ -170,19 +165,15 @@ def test_every_contiguous_policy_takes_the_cohort() -> None:
         assert engine.scheduler.plan_round() is not None
 
 
-def test_static_batches_run_in_one_cohort(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_static_batches_run_in_one_cohort() -> None:
     """Batches one after another: the scheduler runs the first batch's admission and first
     decode round; each later batch forms, decodes and ends inside the cohort (finished
-    requests' regions held to their batch's end), never in a window, equal to the reference."""
-
-    def no_window(self: FastForward) -> str | None:
-        raise AssertionError("the windows path ran")
+    requests' regions held to their batch's end), equal to the reference."""
 
     # The first batch's four (the space's fixed slots) at once, the others while it runs.
     workload = [RequestSpec(i, 10 + i % 5, 5 + 7 * i, 0.01 * max(0, i - 3)) for i in range(20)]
     kw: dict[str, Any] = {"block_size": 1, "num_gpu_blocks": 1024, "max_model_len": 256}
     ref = run(True, workload, ROOFLINE, scheduler="static", **kw)
-    monkeypatch.setattr(FastForward, "_window", no_window)
     engine = make_engine("static", workload, cost=ROOFLINE, **kw)
     calls = count_schedules(engine)
     result = engine.run()

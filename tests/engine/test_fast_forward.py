@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from pagedkv.engine.policies import SCHEDULERS
 from pagedkv.engine.scheduler import Scheduler
 from pagedkv.models.gpus import get_gpu
 from pagedkv.models.models import get_model
+from pagedkv.simulation import SimulationConfig, build_engine, simulate
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine.user_policies import USER_POLICIES, WronglyOptedIn, registered
 from tests.factories import make_engine
@@ -158,6 +160,7 @@ def test_the_promise_passes_only_to_subclasses_that_change_no_behaviour() -> Non
     assert not by_name["test-every-8th-round"].decides_at_events  # the default: no promise
     assert not by_name["test-capped-admissions"].decides_at_events  # overrides schedule()
     assert by_name["test-only-its-memory"].decides_at_events  # only its memory differs
+    assert by_name["test-plans-no-round"].decides_at_events  # stated, and kept
     assert WronglyOptedIn.decides_at_events  # stated: believed, and tested below
 
 
@@ -206,8 +209,9 @@ def test_decodes_next_keeps_its_promise(
 ) -> None:
     """Whenever a policy says the next round is a plain decode (the fast-forward then starts a
     window without running that round), the round it schedules is one: every running request
-    computes exactly its next token, nobody is admitted or resumed; only a preemption (blocks
-    short, which a window stops before) may change the set."""
+    computes exactly its next token, nobody is admitted or resumed; only blocks running short
+    (a round the cohort stops before) may change the set: a preemption, or for a policy that
+    does not preempt, a request that stalls."""
     chunked = chunked and scheduler not in UNCHUNKED
     engine = make_engine(
         scheduler,
@@ -231,7 +235,11 @@ def test_decodes_next_keeps_its_promise(
         if promise:
             assert not out.swap_in
             if not out.preempted:
-                assert [c.request for c in out.chunks] == before
+                got = [c.request for c in out.chunks]
+                if sched.preempts:
+                    assert got == before
+                else:  # one short of a block stalls
+                    assert got == [r for r in before if r in got]
                 for c in out.chunks:
                     assert c.num_new_tokens == 1
                     assert c.num_cached_tokens == c.request.num_tokens - 1
@@ -272,3 +280,87 @@ def test_an_arrival_at_a_rounds_end_falls_on_the_same_side_in_both_loops(token_t
             max_model_len=MAX_LEN,
             token_times=token_times,
         )
+
+
+# The cases a second fast path (per-event windows over every running request) once served;
+# the cohort runs them now, or the engine steps (prefix caching with groups; a policy that
+# plans no round while requests wait).
+FORMER_WINDOWS = ("ids", "pinned", "caching-groups", "greedy", "reserve-groups", "plans-no-round")
+
+
+@st.composite
+def former_windows(draw: st.DrawFn) -> dict[str, Any]:
+    """A flat config of one of ``FORMER_WINDOWS``: token ids without prefix caching (chat
+    turns, shared prefixes), blocks shared with pinned prefixes, parallel samples under prefix
+    caching, greedy-nopreempt with a queue, reserve with groups, a policy that opts in but
+    plans no round; small pools, so queues form and (where the policy may) preemptions."""
+    case = draw(st.sampled_from(FORMER_WINDOWS))
+    bs = draw(st.sampled_from([1, 7, 16]))
+    flat: dict[str, Any] = {
+        "workload": draw(st.sampled_from(["chat", "shared-prefix"])),
+        "seed": draw(st.integers(0, 9)),
+        "prefix_len": draw(st.integers(1, 40)),
+        "lengths": draw(st.sampled_from(["fixed", "alpaca-like"])),
+        "block_size": bs,
+        "num_gpu_blocks": draw(st.integers(260, 1200)) // bs,
+        "max_model_len": 256,
+        "swap_space": draw(st.sampled_from([0.0, 4.0])),
+        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
+        "cost_model": draw(st.sampled_from(["unit", "roofline"])),
+        "scheduler": draw(st.sampled_from(["vllm", "reserve", "greedy-nopreempt"])),
+    }
+    if flat["lengths"] == "fixed":
+        flat |= {"prompt_len": draw(st.integers(1, 40)), "output_len": draw(st.integers(1, 60))}
+    if flat["workload"] == "chat":
+        flat |= {"num_sessions": draw(st.integers(1, 8)), "chat_turns": draw(st.integers(1, 4))}
+        flat["think_time_mean"] = draw(st.sampled_from([0.0, 1.0]))
+    else:
+        flat |= {"num_requests": draw(st.integers(1, 24)), "num_prefixes": draw(st.integers(1, 3))}
+        flat["request_rate"] = draw(st.sampled_from([1.0, 20.0]))
+    samples = draw(st.integers(2, 3))
+    if case == "pinned":
+        flat["enable_pinned_prefixes"] = True
+    elif case == "caching-groups":
+        flat |= {"enable_prefix_caching": True, "num_samples": samples}
+    elif case == "greedy":
+        flat["scheduler"] = "greedy-nopreempt"
+    elif case == "reserve-groups":
+        flat |= {"scheduler": "reserve", "num_samples": samples}
+    elif case == "plans-no-round":
+        flat["scheduler"] = "test-plans-no-round"
+    if case in ("ids", "pinned", "greedy") and draw(st.booleans()):
+        flat["num_samples"] = samples
+    return flat
+
+
+@settings(max_examples=150, deadline=None)
+@given(flat=former_windows())
+def test_the_former_windows_cases_equal_the_reference(flat: dict[str, Any]) -> None:
+    """Each case fast and stepped, with ``check_integrity()`` at every event (the cohort's,
+    its members' memory growing in the books included): the same summary and records."""
+    config = SimulationConfig.from_flat(flat)
+    fast = simulate(config, check_integrity=True)
+    ref = simulate(dataclasses.replace(config, reference=True), check_integrity=True)
+    same(fast.summary, ref.summary)
+    same(fast.requests, ref.requests)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"workload": "chat"},  # token ids nothing reads
+        {"workload": "chat", "prefix_len": 32, "enable_pinned_prefixes": True},
+        {"workload": "sharegpt-like", "scheduler": "greedy-nopreempt"},
+        {"workload": "sharegpt-like", "scheduler": "reserve", "num_samples": 2},
+    ],
+)
+def test_the_former_windows_cases_run_in_the_cohort(extra: dict[str, Any]) -> None:
+    """The cohort takes them: most rounds are skipped (stepping would skip none)."""
+    size = {"num_sessions": 60} if extra["workload"] == "chat" else {"num_requests": 200}
+    flat = {"seed": 0, "request_rate": 1.0} | size | extra
+    engine = build_engine(SimulationConfig.from_flat(flat))
+    result = engine.run()
+    ff = engine.fast_forward
+    assert ff is not None
+    assert all(r.finish_time is not None for r in result.requests)
+    assert ff.rounds > 2 * (result.totals.iterations - ff.rounds)

@@ -1,7 +1,9 @@
 """Policies a user writes by the documented recipe, for the fast-path contract's tests.
 
-None states ``decides_at_events`` except ``WronglyOptedIn``, which promises it falsely: its
-admissions depend on a count of rounds, which the fast path does not see.
+None states ``decides_at_events`` except ``PlansNoRound``, which keeps the promise but plans no
+round (so the fast path runs it only while nothing waits), and ``WronglyOptedIn``, which
+promises it falsely: its admissions depend on a count of rounds, which the fast path does not
+see.
 """
 
 from __future__ import annotations
@@ -70,6 +72,26 @@ class OnlyItsMemory(VllmScheduler):
         return KVCacheManager(cache)
 
 
+class PlansNoRound(Scheduler):
+    """First-come-first-served on paged memory without preemption (one short of a block
+    stalls): its rounds read only its queues and the memory, as it promises, but it plans none
+    (no ``plan_round``, ``decodes_next``, ``growth_victim``)."""
+
+    name = "test-plans-no-round"
+    decides_at_events = True
+
+    @classmethod
+    def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVAllocator:
+        return KVCacheManager(cache)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        self._admit_waiting(out, self.config.token_budget, chunked=False)
+        if not out.chunks:
+            self._decode_running(out)
+        return out
+
+
 class WronglyOptedIn(EveryEighthRound):
     """Promises what it does not keep: the differential test must catch it."""
 
@@ -77,7 +99,12 @@ class WronglyOptedIn(EveryEighthRound):
     decides_at_events = True
 
 
-USER_POLICIES: tuple[type[Scheduler], ...] = (EveryEighthRound, CappedAdmissions, OnlyItsMemory)
+USER_POLICIES: tuple[type[Scheduler], ...] = (
+    EveryEighthRound,
+    CappedAdmissions,
+    OnlyItsMemory,
+    PlansNoRound,
+)
 
 
 @contextmanager

@@ -63,13 +63,15 @@ _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one membe
 
 
 def plain(engine: Engine) -> bool:
-    """May a cohort run? Paged memory, nothing keyed on token ids (or prefix caching keys
-    them: ``keyed``), no beams (they fork and free every round). Requests may wait or be
-    swapped: the policy's ``plan_round`` says at each event what the next round does with them;
-    a follow-up released by a finish is one more arrival to come (``Engine.next_arrival``).
-    Blocks may be shared by parallel samples (their prompt's; not under prefix caching) or by
-    prefix hits (``keyed``), not with a pinned prefix: growth takes private blocks only (or a
-    full shared last block), and a finish frees what the pool says it frees."""
+    """May a cohort run? Paged memory, token ids unkeyed (read by nothing, or matched by
+    pinned prefixes, which match prompts alone) or keyed by prefix caching (``keyed``), no
+    beams (they fork and free every round). Requests may wait or be swapped: the policy's
+    ``plan_round`` says at each event what the next round does with them; a follow-up
+    released by a finish is one more arrival to come (``Engine.next_arrival``). Blocks may be
+    shared by parallel samples (their prompt's; not under prefix caching), by prefix hits
+    (``keyed``) or with pinned prefixes (whose partial last block an admission copies):
+    growth takes private blocks only (or after a full shared last block), and a finish frees
+    what the pool says it frees."""
     sched = engine.scheduler
     kv = sched.kv
     if isinstance(kv, ContiguousAllocator):
@@ -77,9 +79,7 @@ def plain(engine: Engine) -> bool:
     return (
         isinstance(kv, KVCacheManager)
         and not sched.has_beams
-        and (not sched.has_token_ids or keyed(kv))
         and not (sched.has_groups and keyed(kv))
-        and (kv.all_blocks_private or not kv.num_pinned_blocks)
     )
 
 
@@ -151,6 +151,10 @@ class Cohort:
         self.saved = kv.blocks_saved_by_sharing
         self.saved_time = self.saved_at = 0  # (ticks x blocks, ticks)
         self.keyed = isinstance(kv, KVCacheManager) and keyed(kv)
+        # Sharing that admissions and finishes move (prefix hits, pinned prefixes' blocks).
+        self.resharing = self.keyed or (
+            isinstance(kv, KVCacheManager) and kv.config.enable_pinned_prefixes
+        )
         # (the keyed paths' memory: paged; contiguous memory never takes them)
         self.paged = cast(KVCacheManager, kv)
         # Under prefix caching the first allocation with token ids starts the cache, and every
@@ -256,12 +260,10 @@ class Cohort:
                     arrival = eng.next_arrival
                     replan = True
                     # Of ``plain``, an arrival can change only these (``add_request`` sets
-                    # them); without token ids or prefix caching an admission shares no block.
-                    # (Contiguous memory: none of them.)
+                    # them); unkeyed token ids play no part in growth. (Contiguous memory:
+                    # none of them.)
                     keyed = self.keyed
-                    if self.regions is None and (
-                        sched.has_beams or (sched.has_groups if keyed else sched.has_token_ids)
-                    ):
+                    if self.regions is None and (sched.has_beams or (keyed and sched.has_groups)):
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return
@@ -371,7 +373,7 @@ class Cohort:
                 for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
-                if self.keyed:  # (hits and finishes since the last event)
+                if self.resharing:  # (hits, pinned admissions and finishes since the last event)
                     self._resaved()
                 self.time += total
                 self.token_time += tokens
@@ -668,7 +670,7 @@ class Cohort:
             self._check()
         if running > self.max_running:
             self.max_running = running
-        if sched.has_groups or self.keyed:  # (the round's forks, swaps, copies, hits made)
+        if sched.has_groups or self.resharing:  # (the round's forks, swaps, copies, hits made)
             self._resaved()
         self.time += duration
         self.token_time += duration * tokens

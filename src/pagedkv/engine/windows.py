@@ -219,21 +219,3 @@ def _solve(a: int, b: int, duration: int) -> int:
     if denom <= 0:
         raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
     return max(1, math.ceil(2 * fd / denom))
-
-
-def add_new_blocks(
-    cross: list[int], frag: dict[int, int], computed: int, room: int, final: int, last: int, bs: int
-) -> None:
-    """The block allocations of one decoding sequence over rounds 1..last: it holds ``computed``
-    tokens and ``room`` free slots, gains a token a round and ends at ``final`` tokens. Appends
-    the round of each new block to ``cross``, and adds to ``frag[i]`` the slots of round i's new
-    block that lie past ``final`` (internal fragmentation from then on)::
-
-        tokens:  computed | room | block 1 (round room+1) | block 2 (round room+1+bs) | ...
-    """
-    slots = computed + room + bs  # slots held once the first new block is taken
-    for i in range(room + 1, last + 1, bs):  # round i's token needs a new block
-        cross.append(i)
-        if slots >= final:
-            frag[i] = frag.get(i, 0) + slots - final
-        slots += bs

@@ -199,10 +199,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         return self.gpu.num_refs - self.gpu.num_used - self._num_pinned_blocks
 
     @property
-    def all_blocks_private(self) -> bool:
-        """Does every used GPU block have exactly one reference (no fork, prefix hit or pinned
-        prefix shared)? Then freeing a sequence frees each of its blocks."""
-        return self.gpu.num_refs == self.gpu.num_used
+    def reads_token_ids(self) -> bool:
+        """Are token ids ever read (hashed by prefix caching, matched by pinned prefixes)?
+        Otherwise a table carries none: ids given to ``allocate`` are checked and dropped."""
+        return self._ids_read
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens."""
@@ -265,7 +265,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
 
         Each must hold its last block alone if it is partial (no copy-on-write to come; blocks
         before the last may be shared, as parallel samples share their prompt's). Without
-        prefix caching its tokens' ids must be unknown. With it, ``token_ids`` gives each one's
+        prefix caching the ids of the tokens it gains are not kept (nothing keys them; pinned
+        prefixes match prompts). With it, ``token_ids`` gives each one's
         ids from its current count to its final length (None where unknown: its keys stop),
         and ``order`` each one's place within a round (sortable; the caller's running order):
         blocks and keys are then made when read, as the rounds would have made them
@@ -280,7 +281,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             table = tables.get(seq_id) or self._gpu_table(seq_id)
             blocks = table.blocks
             shared = blocks and refs[blocks[-1]] != 1 and table.num_tokens % self.block_size
-            if (table.tokens_known and not keyed) or shared:
+            # (ids matter to growth only where they are keyed: pinned prefixes match prompts)
+            unkeyed = table.tokens_known and self.config.enable_prefix_caching and not keyed
+            if unkeyed or shared:
                 raise PagedKVError(f"sequence {seq_id!r} cannot grow in closed form")
             if keyed:
                 ids = None if token_ids is None else token_ids[i]
@@ -353,7 +356,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         growers go on; otherwise every grower settles."""
         if self._keyed:
             self._materialise()
-        elif self._ids_seen or self._pins:  # (no ids seen: no block is keyed, none cached)
+        elif self._ids_seen and self.config.enable_prefix_caching:  # (else nothing is cached)
             self._settle()
 
     # ----- prefix cache ---------------------------------------------------------------------
@@ -546,6 +549,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         num_tokens, final_len = self._check_new(
             seq_id, num_tokens, token_ids, final_len, cache_salt
         )
+        if not self._ids_read:  # (their number checked) nothing hashes or matches them: the
+            token_ids = None  # table carries none, and its growth needs none (``grow``)
         if token_ids is None:  # nothing to look up or key (the usual simulation): fresh blocks
             if self._keyed:  # (the blocks growth owes the pool come off its queue first)
                 self._materialise()
@@ -564,11 +569,11 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         # the cache: every grower takes what it is owed before (none was keyed).
         if self._ids_seen:
             self._settle_pool()
-        else:
+        elif self.config.enable_prefix_caching:  # (pinned prefixes alone key nothing)
             self._settle()
         self._ids_seen = True
         hit = self._hit(num_tokens, token_ids, cache_salt)
-        if self._free_blocks_taken(num_tokens, hit) > self.gpu.num_free:
+        if self._free_blocks_taken(num_tokens, hit) > self.num_free_blocks:  # (growth's held)
             return None
         salt = _to_salt(cache_salt)
         table = BlockTable(self.block_size, token_ids=token_ids, final_len=final_len, salt=salt)
@@ -612,10 +617,10 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         only blocks within the first that many tokens now (a scheduler that does not know the
         newest token yet, as vLLM's async one); a later call keys the rest.
         """
-        # Only its own table is read, unless the cache may be (growth's blocks not chosen yet
-        # may be cached free ones; under prefix caching ``_settle`` makes them first): other
-        # growing sequences go on.
-        self._settle(None if self._pins else (seq_id,))
+        # Only its own table is read (growth's blocks not chosen yet may be cached free ones:
+        # under prefix caching ``_settle`` makes them first; a pinned block is never free):
+        # other growing sequences go on.
+        self._settle((seq_id,))
         table = self._gpu_table(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:  # (checked before anything moves)
             num_tokens = as_int("num_tokens", num_tokens, 0)
@@ -709,9 +714,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
     def _reads(self, seq_ids: Sequence[SeqId]) -> Sequence[SeqId] | None:
         """The growing sequences whose blocks an operation on ``seq_ids`` reads: theirs, or
         every one where the cache may be read (growth's blocks not chosen yet may be cached
-        free ones, or pinned). (Parallel samples fork and append as a group while the others
-        grow on.)"""
-        return None if self.config.enable_prefix_caching or self._pins else seq_ids
+        free ones; a pinned block is never free, so never growth's). (Parallel samples fork
+        and append as a group while the others grow on.)"""
+        return None if self.config.enable_prefix_caching else seq_ids
 
     def append_slots_all(
         self,

@@ -13,6 +13,18 @@ its queues and the memory's state, never on a count of rounds, the clock or stat
 Check the promise with the differential test (``tests/engine/test_fast_forward.py`` runs it over
 every registered policy): a wrong promise gives wrong results, not an error. A subclass keeps
 its parent's promise only if it defines no method other than ``make_allocator``.
+
+What the promise buys depends on what else the policy says. With the promise alone, the
+engine skips rounds only while nothing waits or is swapped: after a pure decode round the
+decode cohort (``engine/cohort.py``) runs to the next arrival, finish or round short of
+blocks, and every round with a request queued steps through ``schedule``. A policy that also
+plans its rounds (``Scheduler.plan_round``: the next round's admissions, or a decode of every
+running request, read from the queues, the running count and the free blocks alone;
+``growth_victim`` and ``resume`` for preemptions and swap-ins; ``fill`` for chunked rounds;
+``decodes_next`` to start right after an admission) keeps the cohort running through queues,
+preemption episodes and admissions, asked only at events: greedy-nopreempt and vllm show the
+two sizes of it (``tests/engine/test_cohort_queue.py`` holds a plan to what ``schedule``
+then does).
 """
 
 from __future__ import annotations

@@ -14,8 +14,11 @@ where full_r is the blocks of r's final length, held_r the blocks its table hold
 full_r (this policy's one book, written when a request starts and stops running), H every
 block reference of every sequence's table (the manager's: all its GPU sequences are running
 ones, since this policy never preempts or swaps) and H_groups the groups' part of it. A group
-(parallel samples, beams) forks and frees as it goes, so its term is computed as before;
-``owed_sum`` is the direct sum, which the tests check the aggregate against at every admission.
+of parallel samples adds H_g + owed(g) = s_g full_g + (n_g - s_g)(full_g - shared_g) (s_g of its
+n_g sequences forked, shared_g the prompt's full blocks): what each sequence holds cancels, so no
+table is read and a decode cohort may run it. A beam group forks and frees as it goes, so its
+term reads its tables; ``owed_sum`` is the direct sum, which the tests check the aggregate
+against at every admission.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ class ReserveScheduler(VllmScheduler):
     def _can_admit(self, req: Request, num_tokens: int) -> bool:
         return self.paged.num_free_blocks - self.owed_blocks() >= self._owed(req)
 
-    # Its test reads aggregates of the books, no running request's table (without groups,
-    # which ``plan_round`` refuses): a decode cohort may run it.
+    # Its test reads aggregates of the books and each group's counts of sequences, no running
+    # request's table (a beam group's, which ``plan_round`` refuses, aside): a decode cohort
+    # may run it.
     books_admission = _can_admit
+    books_admission_groups = True
 
     def owed_blocks(self) -> int:
         """Blocks the running requests may still take: the aggregate (module docstring)."""
@@ -53,6 +58,12 @@ class ReserveScheduler(VllmScheduler):
         refs = kv.blocks_saved_by_sharing + kv.capacity // kv.block_size - kv.num_free_blocks
         owed = self._full_single - refs
         for g in self._groups:
+            if g.beam is None and kv.has_seq(g.seq_id):
+                # its tables' references plus ``_owed(g)``: what each sequence holds cancels
+                full = kv.blocks_for(g.max_kv_tokens)
+                unforked = g.n - len(g.seq_ids)
+                owed += len(g.seq_ids) * full + unforked * (full - g.prompt_len // kv.block_size)
+                continue
             if kv.has_seq(g.seq_id):
                 owed += sum(len(kv.block_ids(s)) for s in g.seq_ids)
             owed += self._owed(g)

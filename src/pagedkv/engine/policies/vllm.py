@@ -31,6 +31,8 @@ class VllmScheduler(Scheduler):
     preempts = True
     # The admission test ``plan_round`` may run (one that reads no running request).
     books_admission: ClassVar[Callable[..., bool]] = Scheduler._can_admit
+    # Does that test read no group's tables either (reserve's reads only their counts)?
+    books_admission_groups: ClassVar[bool] = False
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
@@ -47,6 +49,9 @@ class VllmScheduler(Scheduler):
         self._rounds_mirrored = all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
         self._books_admits = cls._can_admit is cls.books_admission
         self._memory_admits = cls._can_admit is Scheduler._can_admit  # ``can_allocate`` alone
+        self._groups_admit = self._memory_admits or (
+            self._books_admits and cls.books_admission_groups
+        )
         # The last refused head: (it, running count, its pending tokens, free blocks then).
         self._refused: tuple[Request, int, int, int] | None = None
 
@@ -96,11 +101,11 @@ class VllmScheduler(Scheduler):
         or a preemption where blocks run short). The admission test reads the free blocks and
         the running count, no running request; a subclass with a test of its own promises
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
-        of the books). Parallel samples only with the memory's own admission test (a group's
-        test, as reserve's, may read its tables)."""
+        of the books). Parallel samples only with the memory's own admission test, or one
+        that reads no group's tables either (``books_admission_groups``)."""
         if self.has_beams or not self._rounds_mirrored:
             return None
-        if self.has_groups and not self._memory_admits:
+        if self.has_groups and not self._groups_admit:
             return None
         if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
             if not self._books_admits:
@@ -127,7 +132,7 @@ class VllmScheduler(Scheduler):
     def _refuses_again(self, head: Request, free: int) -> bool:
         """Would ``_admit_waiting`` refuse ``head`` again, as it did last? Its first test
         reads only the running count, the head's pending tokens and final length, and
-        ``can_allocate``'s free blocks (no token ids, no pinned prefix: no prefix hit; the
+        ``can_allocate``'s free blocks (no token ids read, no pinned prefix: no prefix hit; the
         watermark is fixed): with the first three as they were and no more blocks free than
         then, every test answers as then (each needs at least as many free blocks)."""
         refused = self._refused
@@ -138,7 +143,7 @@ class VllmScheduler(Scheduler):
             and refused[2] == head.num_pending_tokens
             and free <= refused[3]
             and self._memory_admits
-            and not self.has_token_ids
+            and not (self.has_token_ids and self.paged.reads_token_ids)
             and not self.paged.num_pinned_blocks
         )
 
