@@ -33,9 +33,11 @@ def engine(
     blocks: int = 64,
     watermark: float = 0.0,
     prefix_caching: bool = False,
+    reference: bool = True,
     **options: object,
 ) -> Engine:
-    """A vllm-v1 engine on the unit clock, integrity checked every step."""
+    """A vllm-v1 engine on the unit clock, integrity checked every step (stepping every
+    round unless ``reference`` is False: the rules are checked round by round)."""
     config = SchedulerConfig(scheduler="vllm-v1", max_model_len=512, **options)  # type: ignore[arg-type]
     cache = CacheConfig(
         num_gpu_blocks=blocks,
@@ -44,7 +46,8 @@ def engine(
         enable_prefix_caching=prefix_caching,
     )
     kv = VllmV1Scheduler.make_allocator(cache, config)
-    return Engine(VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True)
+    sched = VllmV1Scheduler(config, kv)
+    return Engine(sched, SimExecutor(UnitCost()), specs, check_integrity=True, reference=reference)
 
 
 def record(eng: Engine) -> list[SchedulerOutput]:

@@ -93,7 +93,7 @@ class FastForward:
         if not decodes:
             # With chunked prefill a policy that fills chunked rounds (``Scheduler.fill``) runs
             # them in a cohort too, whoever prefills; if it cannot, the engine steps on.
-            chunked = sched.config.enable_chunked_prefill and type(sched).fill is not _NO_FILL
+            chunked = sched.config.chunked and type(sched).fill is not _NO_FILL
             if not chunked or not cohort.plain(eng):
                 return
             run = cohort.Cohort(eng, self.cost, self.prices)
@@ -119,6 +119,8 @@ class FastForward:
                 # what a window assumes is a run of identical rounds (the cohort checks that
                 # it cannot: ``Cohort._growth_may_hit``). Step round by round instead.
                 return
+            if sched.plans_every_event:
+                return  # (no window without the policy's plan: the cohort's, or a stepped round)
             stop = self._window()
             if stop is not None or not sched.running or sched.has_queued():
                 return
