@@ -105,14 +105,14 @@ class V1PlanMixin:
         for req in self.running:
             if req.status is not _RUNNING:
                 continue  # awaiting its free (async): computes nothing
-            if _decoding(req):
+            computed, prompt = req.num_computed_tokens, req.prompt_len
+            n = prompt + req.num_output_tokens - computed  # (pending; ``_decoding`` inlined)
+            if n == 1 and computed >= prompt:
                 if budget <= 0:
                     return None  # the budget is spent before its decode
                 budget -= 1
                 decodes += 1
                 continue
-            computed = req.num_computed_tokens
-            n = req.num_pending_tokens
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_len - computed - 1)
