@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
@@ -220,7 +221,7 @@ def test_priority_runs_the_lowest_first_and_preempts_the_highest() -> None:
 
 
 @st.composite
-def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bool]:
+def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, Any], int, bool]:
     n = draw(st.integers(1, 12))
     shared = ids(draw(st.integers(1, 64)), 1)
     specs = []
@@ -239,7 +240,7 @@ def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bo
                 priority=draw(st.integers(-1, 1)),
             )
         )
-    options: dict[str, object] = {
+    options: dict[str, Any] = {
         "max_num_batched_tokens": draw(st.sampled_from([8, 32, 256, 2048])),
         "max_num_seqs": draw(st.sampled_from([1, 3, 8])),
         "scheduler_reserve_full_isl": draw(st.booleans()),
@@ -254,7 +255,7 @@ def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bo
 @settings(max_examples=60, deadline=None)
 @given(runs(), st.sampled_from([0.0, 0.1]))
 def test_every_admitted_request_finishes(
-    run: tuple[list[RequestSpec], dict[str, object], int, bool], watermark: float
+    run: tuple[list[RequestSpec], dict[str, Any], int, bool], watermark: float
 ) -> None:
     """Whatever the options, the pool's books stay whole (checked every step), nothing
     deadlocks, and every request finishes with its output."""

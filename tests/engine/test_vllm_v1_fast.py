@@ -81,7 +81,9 @@ def build(setup: dict[str, Any], reference: bool) -> Engine:
     options = dict(setup["options"])
     options["max_num_seqs"] = min(options["max_num_seqs"], options["max_num_batched_tokens"])
     if options["max_num_active_seqs"] is not None:
-        options["max_num_active_seqs"] = min(options["max_num_active_seqs"], options["max_num_seqs"])
+        options["max_num_active_seqs"] = min(
+            options["max_num_active_seqs"], options["max_num_seqs"]
+        )
     config = SchedulerConfig(scheduler="vllm-v1", max_model_len=MAX_LEN, **options)
     cache = CacheConfig(
         num_gpu_blocks=setup["blocks"],
@@ -155,7 +157,8 @@ def test_the_fast_path_runs_the_rounds_in_a_cohort() -> None:
     got = outcome(fast)
     assert outcome(build(setup, True)) == got
     rounds = fast.totals.iterations
-    assert fast.fast_forward is not None and fast.fast_forward.rounds > 0
+    assert fast.fast_forward is not None
+    assert fast.fast_forward.rounds > 0
     assert calls[0] * 10 < rounds
 
 
@@ -176,10 +179,13 @@ def test_the_promises_build_schedules_rounds(setup: dict[str, Any]) -> None:
         plan = sched.plan_round()
         if plan is None:
             return schedule()
-        assert plan.decodes and not plan.resumes and not plan.admitted.chunks
+        assert plan.decodes
+        assert not plan.resumes
+        assert not plan.admitted.chunks
         out = SchedulerOutput()
-        decoders = [r for r in sched.running if r.status is RequestStatus.RUNNING and _decoding(r)]
-        prefilling = [r for r in sched.running if r.status is RequestStatus.RUNNING and r not in decoders]
+        computing = [r for r in sched.running if r.status is RequestStatus.RUNNING]
+        decoders = [r for r in computing if _decoding(r)]
+        prefilling = [r for r in computing if r not in decoders]
         assert plan.chunked or not (prefilling or sched.waiting or sched._draining)
 
         def short() -> bool:

@@ -40,9 +40,9 @@ import dataclasses
 from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig, SchedulingPolicy
+from pagedkv.engine.policies.vllm_v1_plan import MIRRORED, V1PlanMixin
 from pagedkv.engine.policies.vllm_v1_queue import PriorityQueueMixin
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.policies.vllm_v1_plan import MIRRORED, V1PlanMixin
 from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig, EvictionPolicy

@@ -25,6 +25,7 @@ blocks; where one fails it is None and the engine steps that round through ``sch
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -52,7 +53,7 @@ class V1PlanMixin:
     config: SchedulerConfig
     paged: KVCacheManager
     running: list[Request]
-    waiting: Collection[Request]
+    waiting: deque[Request]
     has_beams: bool
     has_groups: bool
     has_token_ids: bool
@@ -64,8 +65,7 @@ class V1PlanMixin:
 
     if TYPE_CHECKING:  # (VllmV1Scheduler's own, which the promises restate)
 
-        def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
-            ...
+        def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None: ...
 
         def _pick_victim(self) -> Request: ...
 
