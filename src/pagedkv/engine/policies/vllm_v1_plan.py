@@ -91,9 +91,10 @@ class V1PlanMixin:
     def plan_round(self) -> RoundPlan | None:
         """The next round: every decoding request decodes once, then (``chunked``) ``fill``.
         A plain decode plan (no ``fill``) when nothing waits, nothing awaits its free and no
-        prompt is in chunks. None where the running pass would starve a decode of budget, or a
-        prompt's chunk might not find its blocks (the free blocks must hold the chunks' and one
-        per decode), or in the states ``_plannable`` refuses. O(running): the pass's walk."""
+        prompt is in chunks. None where the running pass would starve a decode of budget, or,
+        with a prompt in chunks, where anyone might be short of a block (the free blocks must
+        hold the chunks' and one per decode), or in the states ``_plannable`` refuses.
+        O(running): the pass's walk."""
         if not self._plannable():
             return None
         budget = self._budget
@@ -113,12 +114,14 @@ class V1PlanMixin:
                 budget -= 1
                 decodes += 1
                 continue
+            # A prompt in chunks, even one the budget leaves out now: a victim already
+            # scheduled (priority) gives its budget back, and the chunk would then run.
+            chunks = True
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_len - computed - 1)
             if n <= 0:
                 continue
-            chunks = True
             need += kv.blocks_for(computed + n) - kv.blocks_for(computed)
             budget -= n
         if chunks and kv.num_free_blocks < need + decodes:
