@@ -34,7 +34,7 @@ def workloads(draw: st.DrawFn, budget: int) -> list[RequestSpec]:
     budget + 1 and k x budget + 1 tokens (a last chunk of one token), and, drawn, token ids
     with a shared prefix (prefix caching)."""
     n = draw(st.integers(1, 24))
-    ids = draw(st.booleans())
+    ids = draw(st.sampled_from([False, False, True]))
     prefix = list(range(draw(st.sampled_from([0, 8, 40]))))
     t = 0.0
     out = []
@@ -60,7 +60,10 @@ def setups(draw: st.DrawFn) -> dict[str, Any]:
         "workload": draw(workloads(budget)),
         "block_size": block_size,
         # from one longest request (preemptions) to ample
-        "blocks": draw(st.integers(MAX_LEN // block_size + 2, 2000 // block_size)),
+        "blocks": draw(
+            st.integers(MAX_LEN // block_size + 2, 400 // block_size)
+            | st.integers(MAX_LEN // block_size + 2, 2000 // block_size)
+        ),
         "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
         "prefix_caching": draw(st.sampled_from([False, False, True])),
         "options": {
@@ -214,3 +217,26 @@ def test_the_promises_build_schedules_rounds(setup: dict[str, Any]) -> None:
     sched.schedule = planned  # type: ignore[method-assign]
     got = outcome(engine)
     assert outcome(build(setup, True)) == got
+
+
+class OwnWaitingPass(VllmV1Scheduler):
+    """States the promise, but admits its own way."""
+
+    name = "test-own-waiting-pass"
+    decides_at_events = True
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
+        super()._schedule_waiting(out, budget, threshold)
+
+
+def test_a_subclass_with_rounds_of_its_own_gets_no_plan() -> None:
+    config = SchedulerConfig(scheduler="vllm-v1", max_model_len=MAX_LEN)
+    cache = CacheConfig(num_gpu_blocks=64, block_size=16)
+    for cls, planned in [(VllmV1Scheduler, True), (OwnWaitingPass, False)]:
+        sched = cls(config, cls.make_allocator(cache, config))
+        engine = Engine(sched, SimExecutor(UnitCost()), [RequestSpec(0, 20, 30)])
+        engine.admit_arrivals()
+        engine.step(sched.schedule())  # its prefill: it decodes from now on
+        assert (sched.plan_round() is not None) is planned
+        assert (sched.growth_victim() is not None) is planned
+        assert sched.decodes_next() is planned
