@@ -201,6 +201,7 @@ class Cohort:
         eng.admit_arrivals()  # (what the engine's next round does first)
         if not plain(eng):
             return False
+        self.ids = sched.has_token_ids  # (as of the arrivals just handed over)
         if self.ids and self.keyed and not self.paged.grows_keyed:
             return False  # (a request with ids not allocated yet: its allocation settles all)
         # (before the plan's admissions; a finished request a policy holds until the next
