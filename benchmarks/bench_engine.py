@@ -58,6 +58,7 @@ CASES: dict[str, dict[str, Any]] = {
     "swap": {"preemption_mode": "swap", "request_rate": 10.0},
     "reserve": {"scheduler": "reserve"},
     "orca-oracle": {"scheduler": "orca-oracle"},
+    "vllm-v1": {"scheduler": "vllm-v1"},
 }
 """What each ``--cases`` run changes in the base run's flat config. Swap runs at rate 10, where
 the base policy preempts (at the base rate it seldom does, and swap would be the base run)."""

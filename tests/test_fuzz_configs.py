@@ -131,13 +131,21 @@ def configs(draw: st.DrawFn) -> Flat:
         flat["eviction_policy"] = draw(st.sampled_from(["lru", "lfu"]))
     elif sharing == "pinned":
         flat["enable_pinned_prefixes"] = True
-    if draw(st.booleans()):
-        flat["enable_chunked_prefill"] = True
+    v1 = policy == "vllm-v1"  # (always chunked: a budget with or without the flag)
+    chunked = draw(st.booleans())
+    if chunked or (v1 and draw(st.booleans())):
+        if chunked:
+            flat["enable_chunked_prefill"] = True
         prompt = flat.get("prompt_len", flat.get("max_prompt_len", mml))
-        budget = draw(
-            st.sampled_from([prompt + 1, prompt, max(1, prompt - 1)]) | st.integers(1, 2 * mml)
-        )
+        # prompts of budget + 1 and k x budget + 1 tokens among them
+        near = [prompt + 1, prompt, max(1, prompt - 1), max(1, (prompt - 1) // 2)]
+        budget = draw(st.sampled_from(near) | st.integers(1, 2 * mml))
         flat["max_num_batched_tokens"] = max(budget, flat["max_num_seqs"])
+    if v1:  # vLLM v1's own options
+        flat["async_scheduling"] = draw(st.booleans())
+        flat["scheduling_policy"] = draw(st.sampled_from(["fcfs", "priority"]))
+        flat["long_prefill_token_threshold"] = draw(st.sampled_from([0, 0, 4]))
+        flat["scheduler_reserve_full_isl"] = draw(st.booleans())
     return flat
 
 

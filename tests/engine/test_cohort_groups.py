@@ -16,7 +16,7 @@ from pagedkv.memory.manager import KVCacheManager
 from pagedkv.workloads.spec import RequestSpec
 from tests.engine import test_cohort_queue
 from tests.engine.test_cohort import count_schedules
-from tests.engine.test_cohort_queue import OPTED_IN, PAGED
+from tests.engine.test_cohort_queue import PAGED, VLLM_ROUNDS
 from tests.engine.test_fast_forward import ROOFLINE, both_equal, run, same
 from tests.engine.user_policies import USER_POLICIES, registered
 from tests.factories import make_engine
@@ -165,7 +165,7 @@ def test_beams_stay_out_of_the_cohort() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     workload=samples(),
-    scheduler=st.sampled_from(OPTED_IN),
+    scheduler=st.sampled_from(VLLM_ROUNDS),
     block_size=st.sampled_from([1, 16, 5]),
     blocks_tokens=st.integers(400, 900),
     mode=st.sampled_from(["recompute", "swap"]),

@@ -211,3 +211,26 @@ def test_a_prompt_that_continues_a_member_ends_the_cohort() -> None:
     assert True in seen
     ref = run(True, workload, ROOFLINE, scheduler="vllm", **kw)
     same(ref[:4], run(False, workload, ROOFLINE, scheduler="vllm", **kw)[:4])
+
+
+def test_an_arrival_with_the_first_ids_at_a_cohorts_start_ends_it() -> None:
+    """Requests without ids decode; the first with ids arrives as a cohort starts (handed
+    over in ``Cohort.run``): its allocation starts the cache and settles every grower, so no
+    cohort may run until it is allocated (found by Hypothesis: the members stopped growing)."""
+    ids = [TokenRuns([range(1), range(16 + i, 17 + i)]) for i in range(8)]
+    workload = [RequestSpec(i, 2, 2 if i < 2 else 1, 0.0) for i in range(4)]
+    workload += [RequestSpec(i, 2, 1, 0.01, token_ids=ids[i]) for i in range(4, 8)]
+    both_equal(
+        workload,
+        ROOFLINE,
+        "vllm",
+        1,
+        240,
+        "recompute",
+        watermark=0.0,
+        prefix_caching=True,
+        max_model_len=MAX_LEN,
+        chunked=True,
+        max_num_batched_tokens=MAX_LEN,
+        max_num_seqs=16,
+    )

@@ -154,7 +154,15 @@ def test_a_last_prompt_token_alone_is_not_a_decode(budget: int, k: int, roofline
 
 
 def test_the_promise_passes_only_to_subclasses_that_change_no_behaviour() -> None:
-    builtin = ["vllm", "reserve", "static", "greedy-nopreempt", "orca-max", "firstfit-max"]
+    builtin = [
+        "vllm",
+        "vllm-v1",
+        "reserve",
+        "static",
+        "greedy-nopreempt",
+        "orca-max",
+        "firstfit-max",
+    ]
     assert all(SCHEDULERS[name].decides_at_events for name in builtin)  # each tested above
     by_name = {p.name: p for p in USER_POLICIES}
     assert not by_name["test-every-8th-round"].decides_at_events  # the default: no promise

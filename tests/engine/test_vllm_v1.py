@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
@@ -33,9 +34,11 @@ def engine(
     blocks: int = 64,
     watermark: float = 0.0,
     prefix_caching: bool = False,
+    reference: bool = True,
     **options: object,
 ) -> Engine:
-    """A vllm-v1 engine on the unit clock, integrity checked every step."""
+    """A vllm-v1 engine on the unit clock, integrity checked every step (stepping every
+    round unless ``reference`` is False: the rules are checked round by round)."""
     config = SchedulerConfig(scheduler="vllm-v1", max_model_len=512, **options)  # type: ignore[arg-type]
     cache = CacheConfig(
         num_gpu_blocks=blocks,
@@ -44,7 +47,8 @@ def engine(
         enable_prefix_caching=prefix_caching,
     )
     kv = VllmV1Scheduler.make_allocator(cache, config)
-    return Engine(VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True)
+    sched = VllmV1Scheduler(config, kv)
+    return Engine(sched, SimExecutor(UnitCost()), specs, check_integrity=True, reference=reference)
 
 
 def record(eng: Engine) -> list[SchedulerOutput]:
@@ -217,7 +221,7 @@ def test_priority_runs_the_lowest_first_and_preempts_the_highest() -> None:
 
 
 @st.composite
-def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bool]:
+def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, Any], int, bool]:
     n = draw(st.integers(1, 12))
     shared = ids(draw(st.integers(1, 64)), 1)
     specs = []
@@ -236,7 +240,7 @@ def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bo
                 priority=draw(st.integers(-1, 1)),
             )
         )
-    options: dict[str, object] = {
+    options: dict[str, Any] = {
         "max_num_batched_tokens": draw(st.sampled_from([8, 32, 256, 2048])),
         "max_num_seqs": draw(st.sampled_from([1, 3, 8])),
         "scheduler_reserve_full_isl": draw(st.booleans()),
@@ -251,7 +255,7 @@ def runs(draw: st.DrawFn) -> tuple[list[RequestSpec], dict[str, object], int, bo
 @settings(max_examples=60, deadline=None)
 @given(runs(), st.sampled_from([0.0, 0.1]))
 def test_every_admitted_request_finishes(
-    run: tuple[list[RequestSpec], dict[str, object], int, bool], watermark: float
+    run: tuple[list[RequestSpec], dict[str, Any], int, bool], watermark: float
 ) -> None:
     """Whatever the options, the pool's books stay whole (checked every step), nothing
     deadlocks, and every request finishes with its output."""

@@ -253,7 +253,10 @@ def paged_engine(case: Case) -> Engine:
         )
         for r in case.requests
     ]
-    return Engine(VllmV1Scheduler(config, kv), SimExecutor(UnitCost()), specs, check_integrity=True)
+    # Every round through ``schedule()``, which is what this compares (the fast path's rounds
+    # equal the reference's: tests/engine/test_vllm_v1_fast.py).
+    sched = VllmV1Scheduler(config, kv)
+    return Engine(sched, SimExecutor(UnitCost()), specs, check_integrity=True, reference=True)
 
 
 def run_paged(case: Case) -> list[Step]:

@@ -205,21 +205,25 @@ class Cohort:
         eng.admit_arrivals()  # (what the engine's next round does first)
         if not plain(eng):
             return False
+        self.ids = sched.has_token_ids  # (as of the arrivals just handed over)
         if self.ids and self.keyed and not self.paged.grows_keyed:
             return False  # (a request with ids not allocated yet: its allocation settles all)
-        decoding = [r for r in sched.running if _decodes(r)]  # (before the plan's admissions)
-        chunked = sched.config.enable_chunked_prefill
+        # (before the plan's admissions; a finished request a policy holds until the next
+        # round's schedule, vllm-v1's async, is no member)
+        decoding = [r for r in sched.running if _decodes(r) and r.status is _RUNNING]
+        chunked = sched.config.chunked
         if sched.has_groups and chunked and any(len(r.seq_ids) < r.n for r in decoding):
             return False  # its next round forks it (and copies its shared last block)
         if len(decoding) < len(sched.running):  # chunked prefill: some still prefill
-            if not sched.config.enable_chunked_prefill:
+            if not chunked:
                 return False
             self.prefilling = [r for r in sched.running if not _decodes(r)]
             if any(r.num_pending_tokens == 1 for r in self.prefilling):
                 return False  # a prompt's last token, alone: decoded with the members
         queued = sched.has_queued() or bool(self.prefilling)
-        plan = sched.plan_round() if queued or self.regions is not None else None
-        if plan is None and queued:
+        every = sched.plans_every_event
+        plan = sched.plan_round() if queued or every or self.regions is not None else None
+        if plan is None and (queued or every):
             return False
         self._join(decoding)
         self._loop(plan)
@@ -245,6 +249,7 @@ class Cohort:
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
+        every = sched.plans_every_event
         while True:
             if chat:  # (any finish since may have released one)
                 arrival = eng.next_arrival
@@ -269,7 +274,7 @@ class Cohort:
                         return
                 waiting = bool(sched.waiting or sched.swapped)
                 # (On contiguous memory a plan at every event: static's decode closes its batch.)
-                planned = waiting or bool(self.prefilling) or self.regions is not None
+                planned = waiting or bool(self.prefilling) or self.regions is not None or every
                 if plan is not None or (planned and replan):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
@@ -482,8 +487,12 @@ class Cohort:
                 self._left(req, join, tokens)
             group.append(req)
         self.engine.finish(group)
-        if self.regions is not None:  # (a policy may hold a finished request's region: static)
+        # A policy may hold a finished request's memory: static its region, vllm-v1 (async)
+        # its blocks until the next round's schedule; it stops growing.
+        if self.regions is not None:
             self.regions.stop_growing([s for req in group for s in req.seq_ids])
+        elif self.engine.scheduler.plans_every_event:
+            self.paged.stop_growing([s for req in group for s in req.seq_ids])
         if self.engine.check_integrity:
             self._check()
 
@@ -655,7 +664,7 @@ class Cohort:
         lone = any(r.num_pending_tokens == 1 for r in rest)
         if lone or len(sched.running) != len(members) + len(rest):
             return None
-        return bool(chunks or out.preempted or out.swap_in)
+        return bool(chunks or out.preempted or out.swap_in or out.released)
 
     def _account(self, duration: int, running: int) -> None:
         """A round of ``duration`` at the books as they are now (its allocations made)."""

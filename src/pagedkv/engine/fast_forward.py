@@ -54,7 +54,7 @@ class FastForward:
         sched = eng.scheduler
         decodes = not (finished or not self._pure_decode(batch)) or sched.decodes_next()
         if not decodes:
-            chunked = sched.config.enable_chunked_prefill and type(sched).fill is not _NO_FILL
+            chunked = sched.config.chunked and type(sched).fill is not _NO_FILL
             if not chunked:
                 return
         if not cohort.plain(eng):

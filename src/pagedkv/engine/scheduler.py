@@ -61,6 +61,8 @@ class SchedulerOutput:
     swap_out: list[SwapMapping] = field(default_factory=list)
     swap_in: list[SwapMapping] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    # Requests whose memory the round's schedule freed (vllm-v1's async finishes, a round late)
+    released: list[Request] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -104,6 +106,10 @@ class Scheduler(abc.ABC):
     # engine steps every round (the reference loop), which is correct for any policy.
     # See ``__init_subclass__`` for how the promise passes to subclasses.
     decides_at_events: ClassVar[bool] = False
+    # The decode cohort asks ``plan_round`` at every event, queued or not, and no window runs
+    # without a plan (vllm-v1: its budget caps decodes, and an async finish frees its blocks
+    # in the round after it, ``fill``'s).
+    plans_every_event: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass keeps its parent's ``decides_at_events`` promise only while it changes

@@ -302,6 +302,14 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         """Does ``seq_id`` grow in closed form now (``grow``; not settled since)?"""
         return seq_id in self._growth.seqs
 
+    def stop_growing(self, seq_ids: Sequence[SeqId]) -> None:
+        """Those of ``seq_ids`` still growing stop (their tables take what they gained: a
+        policy holds a finished request's blocks); the others are left as they are."""
+        growing = self._growth.seqs
+        only = [s for s in seq_ids if s in growing]
+        if only:
+            self._settle(only)
+
     def rounds_that_fit(self, spare: int = 0) -> int | None:
         """Rounds of growth whose new blocks the free blocks hold, ``spare`` of them kept back
         for other appends (None: growth takes none)."""

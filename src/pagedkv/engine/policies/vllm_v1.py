@@ -26,6 +26,12 @@ One token budget per step (``max_num_batched_tokens``, default 2048, or a smalle
 
 Preemption is always by recompute (vLLM v1 has no swap); groups (n > 1) are rejected: vLLM's
 front end splits them into independent requests.
+
+The event fast path (``decides_at_events``): the decode cohort asks ``plan_round`` at every
+event (``plans_every_event``: the budget caps decodes, and an async finish frees its blocks
+in the round after it), runs the prompts' chunks, admissions and async frees of a round
+through ``fill`` and its preemptions through ``growth_victim`` (vllm_v1_plan.py: each
+promise, and the states in which it is None).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import dataclasses
 from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig, SchedulingPolicy
+from pagedkv.engine.policies.vllm_v1_plan import MIRRORED, V1PlanMixin
 from pagedkv.engine.policies.vllm_v1_queue import PriorityQueueMixin
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
@@ -44,16 +51,15 @@ from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import NO_HIT, KVCacheManager, PrefixHit
 
 
-class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
+class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
     name = "vllm-v1"
     preempts = True
     supports_groups = False
     always_chunked: ClassVar[bool] = True
     default_watermark: ClassVar[float] = 0.0
     null_blocks: ClassVar[int] = 1
-    # Not opted in to the event fast path: its rules (admission order, async frees) are only
-    # checked against vLLM round by round, so every round runs the reference loop.
-    decides_at_events: ClassVar[bool] = False
+    decides_at_events = True  # tested fast against reference (tests/engine/test_vllm_v1_fast.py)
+    plans_every_event = True  # (the budget caps decodes; async frees land a round late)
 
     @classmethod
     def make_allocator(cls, cache: CacheConfig, config: SchedulerConfig) -> KVCacheManager:
@@ -103,6 +109,12 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         # async: requests that sampled in the last step, in its order (vLLM's scheduler has
         # not seen those tokens yet)
         self._sampled: dict[Request, None] = {}
+        # Are the rounds this class's own, which the promises restate? (A subclass that
+        # changes how a round is built, and states the promise itself, gets no plan.)
+        cls = type(self)
+        self._rounds_mirrored = all(
+            getattr(cls, m) is getattr(VllmV1Scheduler, m) for m in MIRRORED
+        )
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -142,13 +154,14 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
         out = self._schedule_once()
         if not self.config.async_scheduling:
             return out
-        released = bool(self._draining)
+        released = list(self._draining)
         self._outputs_arrive()
         if released and not out.chunks:
             # nothing ran: vLLM's engine schedules again at once, the outputs in
             again = self._schedule_once()
             again.preempted[:0] = out.preempted
             out = again
+        out.released = released
         self._sampled = {
             c.request: None for c in out.chunks if c.request.num_pending_tokens == c.num_new_tokens
         }
@@ -163,6 +176,11 @@ class VllmV1Scheduler(PriorityQueueMixin, Scheduler):
             if req.status is not RequestStatus.WAITING and kv.has_seq(req.seq_id):
                 kv.cache_known_blocks(req.seq_id, req.num_computed_tokens)
         self._sampled = {}
+        self._release()
+
+    def _release(self) -> None:
+        """Finished requests (async: held through this step's schedule) free their blocks
+        and running slots."""
         for req in self._draining:
             self.running.remove(req)
             self._free_group(req)

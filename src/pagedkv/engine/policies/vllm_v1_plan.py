@@ -1,0 +1,227 @@
+"""The vllm-v1 policy's promises to the event fast path (the decode cohort, engine/cohort.py).
+
+A v1 round is one running pass in admission order (each request min(pending, threshold,
+budget left) tokens; a decode is one), then, if nobody was preempted, the waiting pass; with
+async scheduling the requests that finished in the last round free their blocks after it. The
+cohort builds the same round in another order: every member's decode first (their blocks
+taken in the books), then ``fill`` (the prompts' chunks in running order, the waiting pass, the
+async frees), priced and accounted as one round. The two orders give the same round when:
+
+* every decoding request gets its token: walking the running order, the budget is not spent
+  before the last of them (a prompt's chunk ahead of a decode may spend it);
+* nobody is short of a block, or only the decodes run (no prompt in chunks): then the victims
+  are those ``growth_victim`` names one after the other (the last running under FCFS, the
+  highest (priority, arrival, id) under priority), and the round's decodes are the rest's;
+* no block is keyed (prefix caching off): then which block each append takes does not matter,
+  and neither does when a sampled token's block is keyed (async keys it a round late);
+* the async frees come after the round's appends and admissions, which the running count and
+  free blocks they read still include, as in vLLM; a victim is never a request awaiting its
+  free (``growth_victim`` is None while one does).
+
+``plan_round`` checks these from the queues, the running order and count, each running
+request's kind (a decode keeps its one pending token however far its counters lag) and the free
+blocks; where one fails it is None and the engine steps that round through ``schedule()``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from pagedkv.engine.request import Request, RequestStatus
+from pagedkv.engine.scheduler import RoundPlan, ScheduledChunk, SchedulerOutput
+from pagedkv.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from pagedkv.engine.config import SchedulerConfig
+    from pagedkv.memory.manager import KVCacheManager
+
+_RUNNING = RequestStatus.RUNNING
+
+
+def _decoding(req: Request) -> bool:
+    """Does a running request decode (its next token an output's)? A member's counters lag,
+    but both move together, so its answer holds."""
+    return req.num_pending_tokens == 1 and req.num_computed_tokens >= req.prompt_len
+
+
+class V1PlanMixin:
+    """``plan_round``, ``fill``, ``growth_victim``, ``preempt`` and ``decodes_next`` of
+    ``VllmV1Scheduler``."""
+
+    config: SchedulerConfig
+    paged: KVCacheManager
+    running: list[Request]
+    waiting: deque[Request]
+    has_beams: bool
+    has_groups: bool
+    has_token_ids: bool
+    _budget: int
+    _priority: bool
+    _draining: list[Request]
+    _sampled: dict[Request, None]
+    _rounds_mirrored: bool
+
+    if TYPE_CHECKING:  # (VllmV1Scheduler's own, which the promises restate)
+
+        def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None: ...
+
+        def _pick_victim(self) -> Request: ...
+
+        def _preempt(self, victim: Request, out: SchedulerOutput) -> None: ...
+
+        def _release(self) -> None: ...
+
+    def _threshold(self) -> int:
+        """The long-prefill threshold of this round (``_schedule_once``'s rule)."""
+        if len(self.running) + len(self.waiting) > 1:
+            return self.config.long_prefill_token_threshold
+        return 0
+
+    def _plannable(self) -> bool:
+        """The states in which no promise is made: a subclass's own rounds, beams or groups,
+        prefix caching (keys, and when async makes them, decide hits and the free queue)."""
+        return (
+            self._rounds_mirrored
+            and not (self.has_beams or self.has_groups or self.has_token_ids)
+            and not self.paged.config.enable_prefix_caching
+        )
+
+    def plan_round(self) -> RoundPlan | None:
+        """The next round: every decoding request decodes once, then (``chunked``) ``fill``.
+        A plain decode plan (no ``fill``) when nothing waits, nothing awaits its free and no
+        prompt is in chunks. None where the running pass would starve a decode of budget, or,
+        with a prompt in chunks, where anyone might be short of a block (the free blocks must
+        hold the chunks' and one per decode), or in the states ``_plannable`` refuses.
+        O(running): the pass's walk."""
+        if not self._plannable():
+            return None
+        budget = self._budget
+        threshold = self._threshold()
+        max_len = self.config.max_model_len
+        decodes = need = 0
+        chunks = False
+        kv = self.paged
+        for req in self.running:
+            if req.status is not _RUNNING:
+                continue  # awaiting its free (async): computes nothing
+            computed, prompt = req.num_computed_tokens, req.prompt_len
+            n = prompt + req.num_output_tokens - computed  # (pending; ``_decoding`` inlined)
+            if n == 1 and computed >= prompt:
+                if budget <= 0:
+                    return None  # the budget is spent before its decode
+                budget -= 1
+                decodes += 1
+                continue
+            # A prompt in chunks, even one the budget leaves out now: a victim already
+            # scheduled (priority) gives its budget back, and the chunk would then run.
+            chunks = True
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, max_len - computed - 1)
+            if n <= 0:
+                continue
+            need += kv.blocks_for(computed + n) - kv.blocks_for(computed)
+            budget -= n
+        if chunks and kv.num_free_blocks < need + decodes:
+            return None  # someone may be short: the order of appends would matter
+        if not (chunks or self.waiting or self._draining):
+            return RoundPlan(SchedulerOutput(), True)
+        return RoundPlan(SchedulerOutput(), True, chunked=True)
+
+    def fill(
+        self,
+        out: SchedulerOutput,
+        prefilling: Sequence[Request],
+        decoded: Collection[Request],
+        preempted: bool = False,
+    ) -> None:
+        """The round after its decodes (``decoded``, one token each, their blocks taken):
+        the running pass's chunks for ``prefilling`` in running order (each decode ahead of
+        them spent one token of the budget), then, unless the decodes preempted, the waiting
+        pass; then (async) the requests that finished in the last round free their blocks
+        (``out.released``). None of it reads a decoded request's counters."""
+        budget = self._budget
+        threshold = self._threshold()
+        if prefilling:
+            budget = self._chunks(out, budget, threshold, decoded)
+        else:
+            budget -= len(decoded)
+        if not (preempted or out.preempted):
+            self._schedule_waiting(out, budget, threshold)
+        self._sampled = {}  # (read only by prefix caching's keys, which plans exclude)
+        if self._draining:
+            out.released.extend(self._draining)
+            self._release()
+
+    def _chunks(
+        self, out: SchedulerOutput, budget: int, threshold: int, decoded: Collection[Request]
+    ) -> int:
+        """``_schedule_running``'s chunks of the running prompts, the decodes' tokens counted
+        where they stand; each fits (``plan_round`` checked the blocks). Returns the budget
+        left."""
+        kv = self.paged
+        max_len = self.config.max_model_len
+        for req in self.running:
+            if budget <= 0:
+                break
+            if req.status is not _RUNNING:
+                continue
+            if req in decoded:
+                budget -= 1
+                continue
+            start = req.num_computed_tokens
+            n = req.num_pending_tokens
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, max_len - start - 1)
+            if n <= 0:
+                continue
+            copies = kv.append_slots(req.seq_id, n)
+            if copies is None:
+                raise IntegrityError(f"request {req.request_id}: no block for its planned chunk")
+            out.copies.extend(copies)
+            out.chunks.append(ScheduledChunk(req, n, start))
+            budget -= n
+        return budget
+
+    def growth_victim(self) -> Request | None:
+        """The running pass's victim when the decodes are short of blocks (``_pick_victim``:
+        the last running, or the highest priority key); taken one after the other until the
+        rest fit, the round's decodes are the rest's (a short decode retries after each
+        victim, and a victim already scheduled gives its blocks and budget back). None while
+        a finished request awaits its free (it could be the victim, and is no member), or in
+        the states ``_plannable`` refuses."""
+        if not self.running or self._draining or not self._plannable():
+            return None
+        return self._pick_victim()
+
+    def preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        """Preempt ``victim`` by recompute, out of the running requests (``_schedule_running``
+        takes it out of the list itself)."""
+        self.running.remove(victim)
+        self._preempt(victim, out)
+
+    def decodes_next(self) -> bool:
+        """Nothing waits or awaits its free, every running request decodes and the budget
+        holds them all: the next round decodes each once (or preempts, blocks short)."""
+        if self.waiting or self._draining or not self.running or not self._plannable():
+            return False
+        return len(self.running) <= self._budget and all(map(_decoding, self.running))
+
+
+# What the promises restate of a round (a subclass that changes any gets no plan).
+MIRRORED = (
+    "schedule",
+    "_schedule_once",
+    "_schedule_running",
+    "_schedule_waiting",
+    "_pick_victim",
+    "_preempt",
+    "_outputs_arrive",
+    "_release",
+    "finish",
+    "add_request",
+    "_start_running",
+)

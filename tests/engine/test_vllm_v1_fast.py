@@ -1,0 +1,242 @@
+"""The vllm-v1 policy on the event fast path: fast against reference, and its promises held to
+``schedule()`` round by round (vllm_v1_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from pagedkv.engine.config import SchedulerConfig
+from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
+from pagedkv.engine.engine import Engine
+from pagedkv.engine.executor import SimExecutor
+from pagedkv.engine.metrics import request_record, summarize
+from pagedkv.engine.policies.vllm_v1 import VllmV1Scheduler
+from pagedkv.engine.policies.vllm_v1_plan import _decoding
+from pagedkv.engine.request import RequestStatus
+from pagedkv.engine.scheduler import SchedulerOutput
+from pagedkv.memory.config import CacheConfig
+from pagedkv.models.gpus import get_gpu
+from pagedkv.models.models import get_model
+from pagedkv.workloads.spec import RequestSpec
+
+ROOFLINE = RooflineCost(get_gpu("A100-40GB"), get_model("OPT-13B"))
+MAX_LEN = 256
+BUDGETS = [16, 24, 64, 2048]
+
+
+@st.composite
+def workloads(draw: st.DrawFn, budget: int) -> list[RequestSpec]:
+    """Bursts and gaps (queues that form and drain), one-token outputs, priorities, prompts of
+    budget + 1 and k x budget + 1 tokens (a last chunk of one token), and, drawn, token ids
+    with a shared prefix (prefix caching)."""
+    n = draw(st.integers(1, 24))
+    ids = draw(st.sampled_from([False, False, True]))
+    prefix = list(range(draw(st.sampled_from([0, 8, 40]))))
+    t = 0.0
+    out = []
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 0.0, 0.005, 0.05, 0.5, 3.0]))
+        long = [k * budget + 1 for k in (1, 2, 3) if k * budget + 1 < MAX_LEN - 1]
+        prompt = draw(st.integers(1, 120) | st.sampled_from(long or [MAX_LEN // 2 + 1]))
+        output = draw(st.just(1) | st.integers(1, MAX_LEN - prompt))
+        priority = draw(st.integers(-2, 2))
+        token_ids = None
+        if ids:
+            own = [10_000 * (i + 1) + k for k in range(prompt)]
+            token_ids = tuple((prefix + own)[:prompt])
+        out.append(RequestSpec(i, prompt, output, t, token_ids=token_ids, priority=priority))
+    return out
+
+
+@st.composite
+def setups(draw: st.DrawFn) -> dict[str, Any]:
+    budget = draw(st.sampled_from(BUDGETS))
+    block_size = draw(st.sampled_from([1, 16, 5]))
+    return {
+        "workload": draw(workloads(budget)),
+        "block_size": block_size,
+        # from one longest request (preemptions) to ample
+        "blocks": draw(
+            st.integers(MAX_LEN // block_size + 2, 400 // block_size)
+            | st.integers(MAX_LEN // block_size + 2, 2000 // block_size)
+        ),
+        "watermark": draw(st.sampled_from([0.0, 0.0, 0.05])),
+        "prefix_caching": draw(st.sampled_from([False, False, True])),
+        "options": {
+            "max_num_batched_tokens": budget,
+            "max_num_seqs": draw(st.sampled_from([min(budget, 256), 3, 1])),
+            "async_scheduling": draw(st.booleans()),
+            "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+            "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 8])),
+            "max_num_active_seqs": draw(st.sampled_from([None, None, 2])),
+            "max_num_scheduled_tokens": draw(st.sampled_from([None, None, max(3, budget // 2)])),
+            "scheduler_reserve_full_isl": draw(st.booleans()),
+        },
+        "roofline": draw(st.booleans()),
+    }
+
+
+def build(setup: dict[str, Any], reference: bool) -> Engine:
+    options = dict(setup["options"])
+    options["max_num_seqs"] = min(options["max_num_seqs"], options["max_num_batched_tokens"])
+    if options["max_num_active_seqs"] is not None:
+        options["max_num_active_seqs"] = min(
+            options["max_num_active_seqs"], options["max_num_seqs"]
+        )
+    config = SchedulerConfig(scheduler="vllm-v1", max_model_len=MAX_LEN, **options)
+    cache = CacheConfig(
+        num_gpu_blocks=setup["blocks"],
+        block_size=setup["block_size"],
+        watermark=setup["watermark"],
+        enable_prefix_caching=setup["prefix_caching"],
+    )
+    kv = VllmV1Scheduler.make_allocator(cache, config)
+    cost: CostModel = ROOFLINE if setup["roofline"] else UnitCost()
+    return Engine(
+        VllmV1Scheduler(config, kv),
+        SimExecutor(cost),
+        setup["workload"],
+        check_integrity=True,
+        reference=reference,
+    )
+
+
+def outcome(engine: Engine) -> str:
+    """The run's summary, requests and deadlock, as JSON (byte-identical or not)."""
+    result = engine.run()
+    summary = summarize(
+        result.requests, result.totals, result.sim_time, engine.scheduler.kv.capacity
+    )
+    records = [request_record(r) for r in result.requests]
+    both = [summary, records, result.deadlocked, result.stuck]
+    return json.dumps(both, sort_keys=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(setup=setups())
+def test_vllm_v1_fast_equals_reference(setup: dict[str, Any]) -> None:
+    """Queues, preemptions by recompute, priorities, async and sync scheduling, thresholds,
+    caps, watermarks and prefix caching with token ids: the fast run is the reference's, byte
+    for byte, with the books checked at every event."""
+    assert outcome(build(setup, True)) == outcome(build(setup, False))
+
+
+def test_the_fast_path_runs_the_rounds_in_a_cohort() -> None:
+    """Staggered arrivals at vLLM's defaults (async, FCFS, budget 2048): the scheduler runs a
+    fraction of the rounds, and the run equals the reference."""
+    workload = [RequestSpec(i, 30 + i % 5, 80 + 37 * i, 0.3 * i) for i in range(12)]
+    setup: dict[str, Any] = {
+        "workload": workload,
+        "block_size": 16,
+        "blocks": 400,
+        "watermark": 0.0,
+        "prefix_caching": False,
+        "options": {},
+        "roofline": True,
+    }
+    setup["options"] = {
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 256,
+        "async_scheduling": True,
+        "scheduling_policy": "fcfs",
+        "long_prefill_token_threshold": 0,
+        "max_num_active_seqs": None,
+        "max_num_scheduled_tokens": None,
+        "scheduler_reserve_full_isl": True,
+    }
+    fast = build(setup, False)
+    calls = [0]
+    schedule = fast.scheduler.schedule
+
+    def counted() -> SchedulerOutput:
+        calls[0] += 1
+        return schedule()
+
+    fast.scheduler.schedule = counted  # type: ignore[method-assign]
+    got = outcome(fast)
+    assert outcome(build(setup, True)) == got
+    rounds = fast.totals.iterations
+    assert fast.fast_forward is not None
+    assert fast.fast_forward.rounds > 0
+    assert calls[0] * 10 < rounds
+
+
+@settings(max_examples=150, deadline=None)
+@given(setup=setups())
+def test_the_promises_build_schedules_rounds(setup: dict[str, Any]) -> None:
+    """Stepping every round, each round the policy plans is built the cohort's way in place
+    of ``schedule()``: every decoding request's token first (victims named by
+    ``growth_victim`` until the others' new blocks fit), then ``fill``; the run equals the
+    reference (where no plan is made ``schedule()`` builds the round)."""
+    engine = build(setup, True)
+    sched = engine.scheduler
+    assert isinstance(sched, VllmV1Scheduler)
+    kv = sched.paged
+    schedule = sched.schedule
+
+    def planned() -> SchedulerOutput:
+        plan = sched.plan_round()
+        if plan is None:
+            return schedule()
+        assert plan.decodes
+        assert not plan.resumes
+        assert not plan.admitted.chunks
+        out = SchedulerOutput()
+        computing = [r for r in sched.running if r.status is RequestStatus.RUNNING]
+        decoders = [r for r in computing if _decoding(r)]
+        prefilling = [r for r in computing if r not in decoders]
+        assert plan.chunked or not (prefilling or sched.waiting or sched._draining)
+
+        def short() -> bool:
+            rooms = kv.rooms([r.seq_id for r in decoders])
+            return rooms.count(0) > kv.num_free_blocks
+
+        while decoders and short():
+            victim = sched.growth_victim()
+            if victim is None:  # (the cohort ends: the engine steps this round)
+                assert not out.preempted
+                return schedule()
+            if victim in decoders:
+                decoders.remove(victim)
+            else:
+                prefilling.remove(victim)
+            sched.preempt(victim, out)
+        if not decoders and not out.preempted:
+            return schedule()  # (the cohort ends where nobody decodes: the engine steps it)
+        for r in decoders:
+            assert kv.append_slots(r.seq_id, 1) is not None
+            out.chunks.append(sched._chunk(r, 1))
+        if plan.chunked:
+            sched.fill(out, prefilling, set(decoders), bool(out.preempted))
+        return out
+
+    sched.schedule = planned  # type: ignore[method-assign]
+    got = outcome(engine)
+    assert outcome(build(setup, True)) == got
+
+
+class OwnWaitingPass(VllmV1Scheduler):
+    """States the promise, but admits its own way."""
+
+    name = "test-own-waiting-pass"
+    decides_at_events = True
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> None:
+        super()._schedule_waiting(out, budget, threshold)
+
+
+def test_a_subclass_with_rounds_of_its_own_gets_no_plan() -> None:
+    config = SchedulerConfig(scheduler="vllm-v1", max_model_len=MAX_LEN)
+    cache = CacheConfig(num_gpu_blocks=64, block_size=16)
+    for cls, planned in [(VllmV1Scheduler, True), (OwnWaitingPass, False)]:
+        sched = cls(config, cls.make_allocator(cache, config))
+        engine = Engine(sched, SimExecutor(UnitCost()), [RequestSpec(0, 20, 30)])
+        engine.admit_arrivals()
+        engine.step(sched.schedule())  # its prefill: it decodes from now on
+        assert (sched.plan_round() is not None) is planned
+        assert (sched.growth_victim() is not None) is planned
+        assert sched.decodes_next() is planned
