@@ -335,10 +335,11 @@ class Cohort:
             tokens_now, reservation, internal_now = books()
             split = curve.split
             one_line = split is None or k - 1 <= split  # T(x) = h0 x + h1 x (x-1) / 2
-            window = advance_rounds(k, rounds=not one_line, upto=True)
-            short = window.k < k
+            # (a ``Window``, unpacked once: its fields are descriptors)
+            fit, blocks, s1, s2, lasts, listed = advance_rounds(k, rounds=not one_line, upto=True)
+            short = fit < k
             if short:
-                k = window.k
+                k = fit
                 sums = curve.sums(k)
             elif resume or forking:
                 out = SchedulerOutput()
@@ -360,15 +361,15 @@ class Cohort:
                 tokens = (tokens_now + n) * total + n * moment
                 alloc = (tokens_now + reservation + internal_now) * total
                 h0, h1 = curve.head
-                if window.blocks:  # a block taken in round a+1+x is held from T(x) on
+                if blocks:  # a block taken in round a+1+x is held from T(x) on
                     if one_line:
-                        before = h0 * window.s1 + h1 * ((window.s2 - window.s1) // 2)
+                        before = h0 * s1 + h1 * ((s2 - s1) // 2)
                     else:
-                        assert window.rounds is not None  # asked for: k only shrinks
-                        before = sum(curve.totals([i - 1 for i in window.rounds]))
-                    alloc += bs * (window.blocks * total - before)
+                        assert listed is not None  # asked for: k only shrinks
+                        before = sum(curve.totals([i - 1 for i in listed]))
+                    alloc += bs * (blocks * total - before)
                 internal = internal_now * total
-                for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
+                for x, frag in lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
                 if self.keyed:  # (hits and finishes since the last event)
@@ -445,8 +446,8 @@ class Cohort:
                 self.by_seq[seq_id] = req
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
             self.paged.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
-        else:
-            self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
+        else:  # one sequence each
+            self.kv.grow([reqs[0].seq_ids[0]] if len(reqs) == 1 else [r.seq_ids[0] for r in reqs])
 
     def _growth_may_hit(self) -> bool:
         """Could a decode round before the next event key a block that the waiting head's
@@ -699,7 +700,10 @@ class Cohort:
         self.admitted_running += running
         self.admitted_seqs += len(chunks)
         eng.apply(batch, duration)
-        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if len(chunks) == 1:  # (one arrival: no comprehension)
+            joined = [chunks[0].request] if chunks[0].request.status is _RUNNING else []
+        else:
+            joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
             if self.regions is not None:  # (static holds a finished one as running)
                 joined = [r for r in joined if r.num_output_tokens < r.output_len]
