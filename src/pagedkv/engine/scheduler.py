@@ -332,7 +332,8 @@ class Scheduler(abc.ABC):
         """Admission test; the default asks the allocator (watermark included)."""
         ids = None if req.token_ids is None else req.known_token_ids
         final = req.prompt_len + req.output_len - 1  # ``max_kv_tokens``
-        return self.kv.can_allocate(req.seq_ids[0], num_tokens, token_ids=ids, final_len=final) is _OK
+        status = self.kv.can_allocate(req.seq_ids[0], num_tokens, token_ids=ids, final_len=final)
+        return status is _OK
 
     def _free_group(self, req: Request) -> None:
         free = self.kv.free
