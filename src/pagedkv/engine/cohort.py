@@ -236,6 +236,8 @@ class Cohort:
         growth_victim = sched.growth_victim
         arrival = eng.next_arrival  # changes only when arrivals are handed over, or
         chat = bool(eng.followups)  # when a finish releases follow-ups (chat turns)
+        queued, swapped = sched.waiting, sched.swapped  # (the policy's queues: never replaced)
+        regions = self.regions is not None
         preempted = False  # victims just left: the round they made room for runs next
         swap_cost = 0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
@@ -251,7 +253,7 @@ class Cohort:
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
-                if arrival is not None and ledger.arrived(arrival):
+                if arrival is not None and arrival <= ledger.ticks:  # (``Ledger.arrived``)
                     eng.admit_arrivals()
                     arrival = eng.next_arrival
                     replan = True
@@ -265,10 +267,9 @@ class Cohort:
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return
-                waiting = bool(sched.waiting or sched.swapped)
+                waiting = bool(queued or swapped)
                 # (On contiguous memory a plan at every event: static's decode closes its batch.)
-                planned = waiting or bool(self.prefilling) or self.regions is not None
-                if plan is not None or (planned and replan):
+                if plan is not None or (replan and (waiting or self.prefilling or regions)):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -285,7 +286,7 @@ class Cohort:
                     resume = plan.resumes
                     mixed = plan.chunked
                     plan = None
-                    waiting = bool(sched.waiting or sched.swapped)
+                    waiting = bool(queued or swapped)
             while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
                 heapq.heappop(finishes)  # a member preempted since
             if mixed or (preempted and self.prefilling):  # a chunked round (``_mixed``)
@@ -327,7 +328,7 @@ class Cohort:
             curve = decode_curve(n, context)
             sums = curve.sums(k)
             if arrival is not None and not one:
-                until = ledger.until(arrival)
+                until = arrival - ledger.ticks  # (``Ledger.until``)
                 if until <= sums[0]:
                     k, sums = curve.reach(until)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
