@@ -290,9 +290,12 @@ class Scheduler(abc.ABC):
     def _start_running(self, req: Request) -> None:
         req.status = _RUNNING
         running = self.running
-        key = (req.arrival_time, req.request_id)
-        if not running or key > (running[-1].arrival_time, running[-1].request_id):
+        if not running or req.arrival_time > running[-1].arrival_time:
             running.append(req)  # the usual case: a new arrival is the latest
+            return
+        key = (req.arrival_time, req.request_id)
+        if key > (running[-1].arrival_time, running[-1].request_id):
+            running.append(req)
             return
         running.insert(bisect.bisect(running, key, key=_arrival_key), req)
 
