@@ -360,7 +360,7 @@ class Cohort:
             if k > 0:  # decode rounds a+1 .. a+k (no one finishes before the last)
                 total, moment = sums  # sum of d_j and of j d_j over j = 0..k-1 (round a+1+j)
                 tokens = (tokens_now + n) * total + n * moment
-                alloc = (tokens_now + reservation + internal_now) * total
+                alloc = tokens_now + reservation + internal_now  # (slots, then their integral)
                 h0, h1 = curve.head
                 if blocks:  # a block taken in round a+1+x is held from T(x) on
                     if one_line:
@@ -368,7 +368,9 @@ class Cohort:
                     else:
                         assert listed is not None  # asked for: k only shrinks
                         before = sum(curve.totals([i - 1 for i in listed]))
-                    alloc += bs * (blocks * total - before)
+                    alloc = (alloc + bs * blocks) * total - bs * before
+                else:
+                    alloc *= total
                 internal = internal_now * total
                 for x, frag in lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
