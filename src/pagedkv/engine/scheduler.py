@@ -304,8 +304,11 @@ class Scheduler(abc.ABC):
 
     def _admit_waiting(self, out: SchedulerOutput, token_budget: int, chunked: bool) -> int:
         """Admit waiting requests first-come-first-served; returns the tokens scheduled."""
+        waiting = self.waiting
+        if not waiting:
+            return 0
         used = 0
-        waiting, running, kv = self.waiting, self.running, self.kv
+        running, kv = self.running, self.kv
         max_num_seqs = self.config.max_num_seqs
         can_admit, chunks = self._can_admit, out.chunks
         while waiting and len(running) < max_num_seqs:
