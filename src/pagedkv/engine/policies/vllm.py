@@ -49,10 +49,9 @@ class VllmScheduler(Scheduler):
         self._memory_admits = cls._can_admit is Scheduler._can_admit  # ``can_allocate`` alone
         # The last refused head: (it, running count, its pending tokens, free blocks then).
         self._refused: tuple[Request, int, int, int] | None = None
-        # ``plan_round``'s tests that a class and a frozen config fix for the run, read once:
-        # may it plan at all, and admit first-come-first-served without chunks?
+        # ``plan_round``'s tests that the class and the frozen config fix, read once: does it
+        # admit first-come-first-served without chunks, and in what budget?
         chunked = config.enable_chunked_prefill
-        self._plans = self._rounds_mirrored
         self._plans_v0 = self._rounds_mirrored and self._books_admits and not chunked
         self._budget = config.token_budget
 
@@ -104,7 +103,7 @@ class VllmScheduler(Scheduler):
         nothing unless it names that test as ``books_admission`` (reserve's reads aggregates
         of the books). Parallel samples only with the memory's own admission test (a group's
         test, as reserve's, may read its tables)."""
-        if self.has_beams or not self._plans:
+        if self.has_beams or not self._rounds_mirrored:
             return None
         if self.has_groups and not self._memory_admits:
             return None
