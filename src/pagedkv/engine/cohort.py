@@ -237,7 +237,6 @@ class Cohort:
         arrival = eng.next_arrival  # changes only when arrivals are handed over, or
         chat = bool(eng.followups)  # when a finish releases follow-ups (chat turns)
         queued, swapped = sched.waiting, sched.swapped  # (the policy's queues: never replaced)
-        regions = self.regions is not None
         preempted = False  # victims just left: the round they made room for runs next
         swap_cost = 0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
@@ -269,7 +268,8 @@ class Cohort:
                         return
                 waiting = bool(queued or swapped)
                 # (On contiguous memory a plan at every event: static's decode closes its batch.)
-                if plan is not None or (replan and (waiting or self.prefilling or regions)):
+                planned = waiting or bool(self.prefilling) or self.regions is not None
+                if plan is not None or (planned and replan):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:

@@ -313,7 +313,7 @@ class Scheduler(abc.ABC):
         can_admit, chunks = self._can_admit, out.chunks
         while waiting and len(running) < max_num_seqs:
             req = waiting[0]
-            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens  # pending
+            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens  # (pending)
             if chunked:
                 n = min(n, token_budget - used)
             if n <= 0 or used + n > token_budget:
