@@ -244,6 +244,7 @@ class Cohort:
         growth_victim = sched.growth_victim
         arrival = eng.next_arrival  # changes only when arrivals are handed over, or
         chat = bool(eng.followups)  # when a finish releases follow-ups (chat turns)
+        queued, swapped = sched.waiting, sched.swapped  # (the policy's queues: never replaced)
         preempted = False  # victims just left: the round they made room for runs next
         swap_cost = 0  # what swapping them out adds to that round
         replan = True  # an event since the last plan (a plan holds until the next)
@@ -260,7 +261,7 @@ class Cohort:
             if preempted:  # that round is a decode of every member left (schedule's)
                 waiting = True  # (the victims)
             else:
-                if arrival is not None and ledger.arrived(arrival):
+                if arrival is not None and arrival <= ledger.ticks:  # (``Ledger.arrived``)
                     eng.admit_arrivals()
                     arrival = eng.next_arrival
                     replan = True
@@ -272,7 +273,7 @@ class Cohort:
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return
-                waiting = bool(sched.waiting or sched.swapped)
+                waiting = bool(queued or swapped)
                 # (On contiguous memory a plan at every event: static's decode closes its batch.)
                 planned = waiting or bool(self.prefilling) or self.regions is not None or every
                 if plan is not None or (planned and replan):
@@ -292,7 +293,7 @@ class Cohort:
                     resume = plan.resumes
                     mixed = plan.chunked
                     plan = None
-                    waiting = bool(sched.waiting or sched.swapped)
+                    waiting = bool(queued or swapped)
             while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
                 heapq.heappop(finishes)  # a member preempted since
             if mixed or (preempted and self.prefilling):  # a chunked round (``_mixed``)
@@ -334,7 +335,7 @@ class Cohort:
             curve = decode_curve(n, context)
             sums = curve.sums(k)
             if arrival is not None and not one:
-                until = ledger.until(arrival)
+                until = arrival - ledger.ticks  # (``Ledger.until``)
                 if until <= sums[0]:
                     k, sums = curve.reach(until)  # it falls in round <= k
             # The levels at the window's start, then the rounds whose new blocks fit; if fewer
@@ -342,10 +343,11 @@ class Cohort:
             tokens_now, reservation, internal_now = books()
             split = curve.split
             one_line = split is None or k - 1 <= split  # T(x) = h0 x + h1 x (x-1) / 2
-            window = advance_rounds(k, rounds=not one_line, upto=True)
-            short = window.k < k
+            # (a ``Window``, unpacked once: its fields are descriptors)
+            fit, blocks, s1, s2, lasts, listed = advance_rounds(k, rounds=not one_line, upto=True)
+            short = fit < k
             if short:
-                k = window.k
+                k = fit
                 sums = curve.sums(k)
             elif resume or forking:
                 out = SchedulerOutput()
@@ -365,17 +367,19 @@ class Cohort:
             if k > 0:  # decode rounds a+1 .. a+k (no one finishes before the last)
                 total, moment = sums  # sum of d_j and of j d_j over j = 0..k-1 (round a+1+j)
                 tokens = (tokens_now + n) * total + n * moment
-                alloc = (tokens_now + reservation + internal_now) * total
+                alloc = tokens_now + reservation + internal_now  # (slots, then their integral)
                 h0, h1 = curve.head
-                if window.blocks:  # a block taken in round a+1+x is held from T(x) on
+                if blocks:  # a block taken in round a+1+x is held from T(x) on
                     if one_line:
-                        before = h0 * window.s1 + h1 * ((window.s2 - window.s1) // 2)
+                        before = h0 * s1 + h1 * ((s2 - s1) // 2)
                     else:
-                        assert window.rounds is not None  # asked for: k only shrinks
-                        before = sum(curve.totals([i - 1 for i in window.rounds]))
-                    alloc += bs * (window.blocks * total - before)
+                        assert listed is not None  # asked for: k only shrinks
+                        before = sum(curve.totals([i - 1 for i in listed]))
+                    alloc = (alloc + bs * blocks) * total - bs * before
+                else:
+                    alloc *= total
                 internal = internal_now * total
-                for x, frag in window.lasts:  # internal fragmentation from T(x), x = z-1-a
+                for x, frag in lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
                 if self.resharing:  # (hits, pinned admissions and finishes since the last event)
@@ -452,8 +456,8 @@ class Cohort:
                 self.by_seq[seq_id] = req
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
             self.paged.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
-        else:
-            self.kv.grow([req.seq_ids[0] for req in reqs])  # one sequence each
+        else:  # one sequence each
+            self.kv.grow([reqs[0].seq_ids[0]] if len(reqs) == 1 else [r.seq_ids[0] for r in reqs])
 
     def _growth_may_hit(self) -> bool:
         """Could a decode round before the next event key a block that the waiting head's
@@ -710,7 +714,10 @@ class Cohort:
         self.admitted_running += running
         self.admitted_seqs += len(chunks)
         eng.apply(batch, duration)
-        joined = [c.request for c in chunks if c.request.status is _RUNNING]
+        if len(chunks) == 1:  # (one arrival: no comprehension)
+            joined = [chunks[0].request] if chunks[0].request.status is _RUNNING else []
+        else:
+            joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
             if self.regions is not None:  # (static holds a finished one as running)
                 joined = [r for r in joined if r.num_output_tokens < r.output_len]

@@ -359,6 +359,7 @@ class Engine:
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):
             raise IntegrityError("a request id appears twice")
-        open_ = [r.request_id for r in self.requests if not r.is_finished]
+        ended = (RequestStatus.FINISHED, RequestStatus.REJECTED)
+        open_ = [r.request_id for r in self.requests if r.status not in ended]
         if open_:
             raise IntegrityError(f"requests neither finished nor rejected: {open_[:10]}")

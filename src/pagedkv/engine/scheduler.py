@@ -157,21 +157,24 @@ class Scheduler(abc.ABC):
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
         """Queue an arrival, or reject it (False) with a reason if it can never fit."""
-        if req.final_len > self.config.max_model_len:
+        final = req.prompt_len + req.output_len  # ``final_len``
+        if final > self.config.max_model_len:
             return self._reject(
-                req,
-                f"prompt + output = {req.final_len} > max_model_len {self.config.max_model_len}",
+                req, f"prompt + output = {final} > max_model_len {self.config.max_model_len}"
             )
-        self.has_token_ids |= req.token_ids is not None
-        self.has_groups |= req.n > 1
-        self.has_beams |= req.beam is not None
-        if req.n > 1 and not self.supports_groups:
-            what = "beams" if req.beam is not None else "parallel samples"
-            return self._reject(
-                req, f"{req.n} {what}: the {self.name} policy runs one sequence each"
-            )
+        ids = req.token_ids
+        if ids is not None:
+            self.has_token_ids = True
+        if req.n > 1 or req.beam is not None:
+            self.has_groups |= req.n > 1
+            self.has_beams |= req.beam is not None
+            if req.n > 1 and not self.supports_groups:
+                what = "beams" if req.beam is not None else "parallel samples"
+                return self._reject(
+                    req, f"{req.n} {what}: the {self.name} policy runs one sequence each"
+                )
         status = self.kv.can_allocate(
-            req.seq_id, req.prompt_len, token_ids=req.token_ids, final_len=req.max_kv_tokens
+            req.seq_ids[0], req.prompt_len, token_ids=ids, final_len=final - 1
         )
         if status is _NEVER:
             if isinstance(self.kv, ExplainsNever):  # (only on this rare path)
@@ -293,32 +296,39 @@ class Scheduler(abc.ABC):
     def _start_running(self, req: Request) -> None:
         req.status = _RUNNING
         running = self.running
-        key = (req.arrival_time, req.request_id)
-        if not running or key > (running[-1].arrival_time, running[-1].request_id):
+        if not running or req.arrival_time > running[-1].arrival_time:
             running.append(req)  # the usual case: a new arrival is the latest
+            return
+        key = (req.arrival_time, req.request_id)
+        if key > (running[-1].arrival_time, running[-1].request_id):
+            running.append(req)
             return
         running.insert(bisect.bisect(running, key, key=_arrival_key), req)
 
     def _chunk(self, req: Request, n: int) -> ScheduledChunk:
-        return ScheduledChunk(req, n, req.num_computed_tokens)
+        return _new(ScheduledChunk, (req, n, req.num_computed_tokens))
 
     def _admit_waiting(self, out: SchedulerOutput, token_budget: int, chunked: bool) -> int:
         """Admit waiting requests first-come-first-served; returns the tokens scheduled."""
+        waiting = self.waiting
+        if not waiting:
+            return 0
         used = 0
-        waiting, running, kv = self.waiting, self.running, self.kv
+        running, kv = self.running, self.kv
         max_num_seqs = self.config.max_num_seqs
+        can_admit, chunks = self._can_admit, out.chunks
         while waiting and len(running) < max_num_seqs:
             req = waiting[0]
-            n = req.num_pending_tokens
+            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens  # (pending)
             if chunked:
                 n = min(n, token_budget - used)
             if n <= 0 or used + n > token_budget:
                 break
-            if not self._can_admit(req, n):
+            if not can_admit(req, n):
                 break
-            computed = kv.allocate(
-                req.seq_ids[0], n, token_ids=req.known_token_ids, final_len=req.max_kv_tokens
-            )
+            ids = None if req.token_ids is None else req.known_token_ids
+            final = req.prompt_len + req.output_len - 1  # ``max_kv_tokens``
+            computed = kv.allocate(req.seq_ids[0], n, token_ids=ids, final_len=final)
             if computed is None:
                 break
             waiting.popleft()
@@ -326,20 +336,21 @@ class Scheduler(abc.ABC):
             if computed and self._copy_queue is not None:  # copies before the prompt's writes
                 out.copies.extend(self._copy_queue.take_copies())
             self._start_running(req)
-            out.chunks.append(self._chunk(req, n - computed))
+            chunks.append(_new(ScheduledChunk, (req, n - computed, computed)))
             used += n - computed
         return used
 
     def _can_admit(self, req: Request, num_tokens: int) -> bool:
         """Admission test; the default asks the allocator (watermark included)."""
-        status = self.kv.can_allocate(
-            req.seq_id, num_tokens, token_ids=req.known_token_ids, final_len=req.max_kv_tokens
-        )
+        ids = None if req.token_ids is None else req.known_token_ids
+        final = req.prompt_len + req.output_len - 1  # ``max_kv_tokens``
+        status = self.kv.can_allocate(req.seq_ids[0], num_tokens, token_ids=ids, final_len=final)
         return status is _OK
 
     def _free_group(self, req: Request) -> None:
+        free = self.kv.free
         for seq_id in req.seq_ids:
-            self.kv.free(seq_id)
+            free(seq_id)
 
     def _append(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Slots for ``n`` more tokens of a running request; preempt (policy) if none."""
@@ -474,6 +485,9 @@ class Scheduler(abc.ABC):
 
 # Class-body entries every class has or that carry no behaviour.
 _PLAIN_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__annotations__"})
+
+
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (one chunk per admission)
 
 
 def _arrival_key(r: Request) -> tuple[float, int]:

@@ -826,7 +826,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             grower = growth.seqs.pop(seq_id, None)
             if grower is not None:
                 growth.drop(grower)
-        table = self._tables.get(seq_id)
+        table = self._tables.pop(seq_id, None)
         if table is None:
             if seq_id in self._swapped:
                 self._swapped.pop(seq_id).release(self.cpu)
@@ -834,7 +834,6 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             table = self._gpu_table(seq_id)  # raises: not allocated
         self._tails.untrack(seq_id, table)
         self._release_gpu(table)
-        del self._tables[seq_id]
 
     # ----- integrity --------------------------------------------------------------------------
     def check_integrity(self) -> None:

@@ -84,7 +84,13 @@ class PeriodicCounts:
             s2 = sum(self._w2[r0:end])
             return w0, s1 - r0 * w0, s2 - 2 * r0 * s1 + r0 * r0 * w0
         q, r = divmod(k, bs)
-        c0, c1, c2 = self._run(r0, bs)  # period 0; period P adds P bs to x
+        # period 0 (``_run(r0, bs)``: every residue once, so its count is the weight); period
+        # P adds P bs to x
+        end = r0 + bs
+        c0 = self.weight
+        c1 = sum(self._w1[r0:end])
+        c2 = sum(self._w2[r0:end]) - 2 * r0 * c1 + r0 * r0 * c0
+        c1 -= r0 * c0
         p1 = q * (q - 1) // 2  # sum of P over P = 0..q-1
         p2 = (q - 1) * q * (2 * q - 1) // 6  # sum of P^2
         w0 = q * c0

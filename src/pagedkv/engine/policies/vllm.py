@@ -54,6 +54,11 @@ class VllmScheduler(Scheduler):
         )
         # The last refused head: (it, running count, its pending tokens, free blocks then).
         self._refused: tuple[Request, int, int, int] | None = None
+        # ``plan_round``'s tests that the class and the frozen config fix, read once: does it
+        # admit first-come-first-served without chunks, and in what budget?
+        chunked = config.enable_chunked_prefill
+        self._plans_v0 = self._rounds_mirrored and self._books_admits and not chunked
+        self._budget = config.token_budget
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -107,27 +112,27 @@ class VllmScheduler(Scheduler):
             return None
         if self.has_groups and not self._groups_admit:
             return None
-        if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
-            if not self._books_admits:
-                return None
-            return RoundPlan(SchedulerOutput(), True, chunked=True)
-        if self.swapped:  # no admission: a decode, then resumptions while they fit
-            return RoundPlan(SchedulerOutput(), True, True)
-        if not self._books_admits:
-            return None
+        if not self._plans_v0 or self.swapped:
+            if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
+                if not self._books_admits:
+                    return None
+                return RoundPlan(SchedulerOutput(), True, chunked=True)
+            if self.swapped:  # no admission: a decode, then resumptions while they fit
+                return RoundPlan(SchedulerOutput(), True, True)
+            return None  # (an admission test of its own)
         out = SchedulerOutput()
         if not self.waiting:
-            return RoundPlan(out, True)
+            return _new(RoundPlan, (out, True, False, False))
         head = self.waiting[0]
         free = self.paged.num_free_blocks
-        if self._refuses_again(head, free):
-            return RoundPlan(out, True)
-        self._admit_waiting(out, self.config.token_budget, chunked=False)
+        if self._refused is not None and self._refuses_again(head, free):
+            return _new(RoundPlan, (out, True, False, False))
+        self._admit_waiting(out, self._budget, chunked=False)
         if out.chunks:
             self._refused = None
-            return RoundPlan(out, False)
+            return _new(RoundPlan, (out, False, False, False))
         self._refused = (head, len(self.running), head.num_pending_tokens, free)
-        return RoundPlan(out, True)
+        return _new(RoundPlan, (out, True, False, False))
 
     def _refuses_again(self, head: Request, free: int) -> bool:
         """Would ``_admit_waiting`` refuse ``head`` again, as it did last? Its first test
@@ -277,6 +282,8 @@ class VllmScheduler(Scheduler):
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
 
+
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (a plan per event)
 
 # What ``plan_round``, ``growth_victim``, ``resume`` and ``fill`` restate of a round.
 _MIRRORED = (
