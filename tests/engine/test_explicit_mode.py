@@ -26,6 +26,7 @@ from pagedkv.engine.pinned_prefixes import (
     workload_prefixes,
 )
 from pagedkv.engine.policies import SCHEDULERS
+from pagedkv.engine.request import RequestStatus
 from pagedkv.errors import ConfigError
 from pagedkv.experiments import shared_prefix
 from pagedkv.memory.config import CacheConfig
@@ -277,3 +278,44 @@ def test_fast_forward_equals_reference_with_pins(
     if scheduler != "greedy-nopreempt":  # the lesson's policy can stall with or without pins
         assert not runs[0][2]
     event("pinned hits" if runs[0][3] else "no hits")
+
+
+def test_a_group_that_cannot_fit_beside_the_pins_is_rejected_not_deadlocked() -> None:
+    """The pins hold their blocks for good: a group whose worst case fits the pool but not
+    what the pins it does not share leave is rejected at arrival (with the pins named), so
+    the run ends without a deadlock, and every group it admits finishes."""
+    config = SimulationConfig.from_flat(
+        {
+            "workload": "chat",
+            "prefix_len": 2,
+            "lengths": "alpaca-like",
+            "block_size": 7,
+            "num_gpu_blocks": 38,
+            "num_sessions": 3,
+            "chat_turns": 2,
+            "think_time_mean": 0.0,
+            "enable_pinned_prefixes": True,
+            "num_samples": 2,
+            "cost_model": "unit",
+        }
+    )
+    engine = build_engine(config)
+    kv = engine.scheduler.kv
+    assert isinstance(kv, KVCacheManager)
+    pinned = kv.num_pinned_blocks
+    result = engine.run()
+    assert not result.deadlocked
+    rejected = [r for r in result.requests if r.reject_reason is not None]
+    assert rejected, "the pool is sized so that some group cannot fit beside the pins"
+    rejected = [r for r in rejected if r.parent_id is None or "parent" not in r.reject_reason]
+    for r in rejected:  # (a follow-up of a rejected turn is rejected with it)
+        assert "held by pinned prefixes" in r.reject_reason
+    bs = config.hardware.block_size
+    fits_pool = []
+    for r in rejected:
+        shared = r.prompt_len // bs
+        fits_pool.append(shared + r.n * (-(-r.max_kv_tokens // bs) - shared) <= 38)
+    assert any(fits_pool), "some group fits the whole pool: the pins are why it is rejected"
+    assert pinned > 0
+    for r in result.requests:
+        assert r.reject_reason is not None or r.status is RequestStatus.FINISHED

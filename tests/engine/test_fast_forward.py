@@ -9,7 +9,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from pagedkv.engine.cost_model import CostModel, RooflineCost, UnitCost
 from pagedkv.engine.metrics import request_record, summarize
@@ -343,6 +343,26 @@ def former_windows(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=150, deadline=None)
 @given(flat=former_windows())
+@example(  # a group that fits the pool but not beside the pins it does not share: rejected
+    flat={
+        "workload": "chat",
+        "seed": 0,
+        "prefix_len": 2,
+        "lengths": "alpaca-like",
+        "block_size": 7,
+        "num_gpu_blocks": 38,
+        "max_model_len": 256,
+        "swap_space": 0.0,
+        "preemption_mode": "recompute",
+        "cost_model": "unit",
+        "scheduler": "vllm",
+        "num_sessions": 3,
+        "chat_turns": 2,
+        "think_time_mean": 0.0,
+        "enable_pinned_prefixes": True,
+        "num_samples": 2,
+    }
+)
 def test_the_former_windows_cases_equal_the_reference(flat: dict[str, Any]) -> None:
     """Each case fast and stepped, with ``check_integrity()`` at every event (the cohort's,
     its members' memory growing in the books included): the same summary and records."""

@@ -198,19 +198,27 @@ class Scheduler(abc.ABC):
         """Reject a group whose worst case can never fit: every sequence descends from the
         prompt, so its full blocks are always shared, but past them n samples hold their own
         blocks (and k beams may too, if no two share a parent for long). Without this a
-        group bigger than the pool is preempted and resumed forever (a deadlock)."""
-        bs = self.kv.growth_block_size
+        group bigger than the pool is preempted and resumed forever (a deadlock). Pinned
+        prefixes hold their blocks for good: only those the prompt shares count as its own."""
+        kv = self.kv
+        bs = kv.growth_block_size
         if bs is None:
             return True
         shared = req.prompt_len // bs
         worst = shared + req.n * (-(-req.max_kv_tokens // bs) - shared)
-        if worst * bs <= self.kv.capacity:
+        usable = kv.capacity // bs
+        beside = ""
+        if isinstance(kv, ExplainsNever):
+            usable = kv.usable_blocks(req.prompt_len, req.token_ids)
+            if usable < kv.capacity // bs:
+                apart = kv.capacity // bs - usable
+                beside = f" ({apart} held by pinned prefixes it does not share)"
+        if worst <= usable:
             return True
         return self._reject(
             req,
             f"{req.n} sequences of up to {req.max_kv_tokens} tokens may need {worst} blocks of "
-            f"{bs} (the prompt's full blocks shared); the KV cache holds "
-            f"{self.kv.capacity // bs}",
+            f"{bs} (the prompt's full blocks shared); the KV cache holds {usable}{beside}",
         )
 
     def finish(self, req: Request) -> list[Request]:

@@ -75,6 +75,11 @@ class ExplainsNever(Protocol):
         final_len: int | None = None,
     ) -> str: ...
 
+    def usable_blocks(self, num_tokens: int, token_ids: Sequence[int] | None = None) -> int:
+        """The blocks a sequence whose first tokens are these could ever hold (the paged
+        manager's pool less the pinned blocks it does not share)."""
+        ...
+
 
 @runtime_checkable
 class KVAllocator(Protocol):
