@@ -508,6 +508,14 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             return _NEVER
         return _LATER if free - taken < wm else _OK
 
+    def usable_blocks(self, num_tokens: int, token_ids: Sequence[int] | None = None) -> int:
+        """The blocks a sequence whose first ``num_tokens`` are ``token_ids`` could ever hold:
+        the pool less the pinned blocks it does not share (``_pinned_apart``)."""
+        total = self.gpu.num_blocks
+        if self._pins:  # (match_prefix reads; it counts no query)
+            total -= self._pinned_apart(self._hit(num_tokens, token_ids, None).num_computed_tokens)
+        return total
+
     def never_reason(
         self,
         num_tokens: int,

@@ -148,14 +148,6 @@ class PinnedPrefixMixin(SwapMixin):
         return best
 
     # ----- hooks the manager calls --------------------------------------------------------
-    def usable_blocks(self, num_tokens: int, token_ids: Sequence[int] | None = None) -> int:
-        """The blocks a sequence whose first ``num_tokens`` are ``token_ids`` could ever hold:
-        the pool less the pinned blocks it does not share (``_pinned_apart``)."""
-        total = self.gpu.num_blocks
-        if self._pins:  # (match_prefix reads; it counts no query)
-            total -= self._pinned_apart(self._hit(num_tokens, token_ids, None).num_computed_tokens)
-        return total
-
     def _pinned_apart(self, num_computed_tokens: int) -> int:
         """Pinned blocks an allocation whose hit is ``num_computed_tokens`` cannot use: all
         but the full ones it shares (a shared partial one is copied into a block of its own)."""
