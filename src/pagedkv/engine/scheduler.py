@@ -206,20 +206,21 @@ class Scheduler(abc.ABC):
             return True
         shared = req.prompt_len // bs
         worst = shared + req.n * (-(-req.max_kv_tokens // bs) - shared)
-        usable = kv.capacity // bs
-        beside = ""
-        if isinstance(kv, ExplainsNever):
-            usable = kv.usable_blocks(req.prompt_len, req.token_ids)
-            if usable < kv.capacity // bs:
-                apart = kv.capacity // bs - usable
-                beside = f" ({apart} held by pinned prefixes it does not share)"
+        pool = kv.capacity // bs
+        usable = (
+            kv.usable_blocks(req.prompt_len, req.token_ids)
+            if isinstance(kv, ExplainsNever)
+            else pool
+        )
         if worst <= usable:
             return True
-        return self._reject(
-            req,
+        reason = (
             f"{req.n} sequences of up to {req.max_kv_tokens} tokens may need {worst} blocks of "
-            f"{bs} (the prompt's full blocks shared); the KV cache holds {usable}{beside}",
+            f"{bs} (the prompt's full blocks shared); the KV cache holds {usable}"
         )
+        if usable < pool:
+            reason += f" ({pool - usable} held by pinned prefixes it does not share)"
+        return self._reject(req, reason)
 
     def finish(self, req: Request) -> list[Request]:
         """``req`` sampled its last token; returns the requests that complete now."""

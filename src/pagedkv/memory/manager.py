@@ -527,10 +527,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         beyond the pool, or the first tokens beyond what the watermark leaves admission."""
         bs = self.block_size
         total = self.gpu.num_blocks
-        pinned = 0
-        if self._pins:  # (match_prefix reads; it counts no query)
-            pinned = self._pinned_apart(self._hit(num_tokens, token_ids, None).num_computed_tokens)
-        usable = total - pinned
+        usable = self.usable_blocks(num_tokens, token_ids)
+        pinned = total - usable
         beside = f", {pinned} of them held by pinned prefixes" if pinned else ""
         final = max(num_tokens, final_len or 0)
         if -(-final // bs) > usable:
