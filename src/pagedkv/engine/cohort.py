@@ -250,7 +250,9 @@ class Cohort:
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
-        every = sched.plans_every_event
+        keyed, regions, times, resharing = self.keyed, self.regions, self.times, self.resharing
+        # (On contiguous memory a plan at every event: static's decode closes its batch.)
+        always = sched.plans_every_event or regions is not None
         while True:
             if chat:  # (any finish since may have released one)
                 arrival = eng.next_arrival
@@ -268,15 +270,12 @@ class Cohort:
                     # Of ``plain``, an arrival can change only these (``add_request`` sets
                     # them); unkeyed token ids play no part in growth. (Contiguous memory:
                     # none of them.)
-                    keyed = self.keyed
-                    if self.regions is None and (sched.has_beams or (keyed and sched.has_groups)):
+                    if regions is None and (sched.has_beams or (keyed and sched.has_groups)):
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return
                 waiting = bool(queued or swapped)
-                # (On contiguous memory a plan at every event: static's decode closes its batch.)
-                planned = waiting or bool(self.prefilling) or self.regions is not None or every
-                if plan is not None or (planned and replan):
+                if plan is not None or (replan and (waiting or always or bool(self.prefilling))):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -288,7 +287,7 @@ class Cohort:
                         self._admission(plan.admitted)
                         plan, replan = None, True
                         continue
-                    if self.keyed and waiting and self._growth_may_hit():
+                    if keyed and waiting and self._growth_may_hit():
                         return  # (the engine steps until the key is made)
                     resume = plan.resumes
                     mixed = plan.chunked
@@ -301,7 +300,7 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    short_keyed = self.keyed and self.paged.grows_keyed
+                    short_keyed = keyed and self.paged.grows_keyed
                     victim = None if short_keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
@@ -382,14 +381,14 @@ class Cohort:
                 for x, frag in lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
-                if self.resharing:  # (hits, pinned admissions and finishes since the last event)
+                if resharing:  # (hits, pinned admissions and finishes since the last event)
                     self._resaved()
                 self.time += total
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
-                if self.regions is not None:
-                    self.rounding_time += total * self.regions.allocator_rounding
+                if regions is not None:
+                    self.rounding_time += total * regions.allocator_rounding
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
@@ -397,7 +396,7 @@ class Cohort:
                     self.max_running = r
                 self.seq_rounds += r * k
                 self.done = a + k
-                if self.times is not None:
+                if times is not None:
                     self._ran(a, ledger.ticks + total if k == 1 else ledger.ticks, curve, k)
                 advance_clock(total)
                 self.windows += 1
@@ -408,7 +407,7 @@ class Cohort:
                 # With prefix caching a short round's victims are freed amid its appends
                 # (``_decode_running``): ``_short_keyed`` runs it so.
                 victim = growth_victim()
-                if self.keyed and self.paged.grows_keyed:
+                if keyed and self.paged.grows_keyed:
                     if victim is None or self.prefilling:
                         return  # (the scheduler preempts)
                     self._short_keyed()

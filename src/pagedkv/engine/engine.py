@@ -300,14 +300,15 @@ class Engine:
 
     def finish(self, finished: list[Request]) -> None:
         now = self.ledger.now
+        sched_finish, cap = self.scheduler.finish, self.cap
         for req in finished:
-            for done in self.scheduler.finish(req):
+            for done in sched_finish(req):
                 done.finish_time = now
                 if done.n > 1:
                     done.complete_samples()
                 self._ended += 1
-                if self.cap is not None:
-                    self.cap.release(self.ledger.ticks)
+                if cap is not None:
+                    cap.release(self.ledger.ticks)
                 if self.followups:
                     self._release_followups(done)
         if finished and self.progress is not None:
