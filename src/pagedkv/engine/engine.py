@@ -327,8 +327,7 @@ class Engine:
         saved = sched.kv.blocks_saved_by_sharing
         ledger.add(span(duration, memory, len(sched.running), len(batch.chunks), saved))
         if batch.preempted or batch.swap_out:
-            swap_outs = sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
-            ledger.preempted(len(batch.preempted), swap_outs, len(batch.swap_out))
+            ledger.preempted(batch.preempted, len(batch.swap_out))
         t = ledger.totals
         if self.trace_steps:
             usage = memory
