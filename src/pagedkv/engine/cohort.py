@@ -665,12 +665,7 @@ class Cohort:
         eng = self.engine
         sched = eng.scheduler
         chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
-        if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
-            duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
-            if duration is None:
-                duration = self._duration(batch)
-        else:
-            duration = self._duration(batch)
+        duration = self._duration(batch)
         running = len(sched.running)
         self._account(duration, running)
         self.admissions += 1
