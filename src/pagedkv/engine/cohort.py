@@ -739,8 +739,8 @@ class Cohort:
         self.forking = []
 
     def _part(self, req: Request, member: Member, lag: int) -> None:
-        """``req`` leaves (finished or preempted; out of ``members`` already) after ``lag``
-        rounds as a member: its counters up to date, it and its samples out of the sums."""
+        """``req`` leaves (finished, preempted, the cohort's end; its ``members`` entry is the
+        caller's) after ``lag`` rounds as a member: counters up to date, its sums taken out."""
         join, tokens, outputs, _ = member
         if self.times is not None:
             self._stamp(req, join, outputs, lag)
@@ -823,12 +823,8 @@ class Cohort:
         (it no longer advances; the next read of their blocks takes what they are owed)."""
         d = self.done
         for req, m in self.members.items():
-            lag = d - m.join
-            if lag and self.times is not None:
-                self._stamp(req, m.join, m.outputs, lag)
-            if lag:
-                req.num_computed_tokens = m.tokens + lag
-                req.num_output_tokens = m.outputs + lag
+            if d != m.join:
+                self._part(req, m, d - m.join)
         self.members.clear()
         self.forking = []
         self.seqs.clear()
