@@ -8,6 +8,7 @@ from hypothesis import given
 from pagedkv.engine.clock import TICKS_PER_SECOND as SECOND
 from pagedkv.engine.ledger import Ledger, Span, level_integrals
 from pagedkv.engine.metrics import CATEGORIES
+from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.usage import MemoryUsage
 
 
@@ -93,8 +94,15 @@ def test_an_arrival_at_the_clock_has_arrived() -> None:
 
 
 def test_preemptions_are_counted() -> None:
+    def victims(*statuses: RequestStatus) -> list[Request]:
+        reqs = [Request(i, 0.0, 4, 4) for i in range(len(statuses))]
+        for req, status in zip(reqs, statuses, strict=True):
+            req.status = status
+        return reqs
+
+    swapped, waiting = RequestStatus.SWAPPED, RequestStatus.WAITING
     ledger = Ledger()
-    ledger.preempted(3, 1, 7)
-    ledger.preempted(1, 1, 2)
+    ledger.preempted(victims(waiting, swapped, waiting), 7)
+    ledger.preempted(victims(swapped), 2)
     t = ledger.totals
     assert (t.preemptions, t.swap_outs, t.swapped_blocks) == (4, 2, 9)

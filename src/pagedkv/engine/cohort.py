@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.clock import to_seconds
-from pagedkv.engine.ledger import Span
+from pagedkv.engine.ledger import Span, level_integrals
 from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
 from pagedkv.errors import IntegrityError
@@ -57,21 +57,15 @@ if TYPE_CHECKING:
     from pagedkv.engine.windows import StepCurve
 
 
-_SWAPPED = RequestStatus.SWAPPED
 _RUNNING = RequestStatus.RUNNING  # (a global: an enum member lookup costs 4x in CPython 3.11)
 _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one member per request)
 
 
 def plain(engine: Engine) -> bool:
-    """May a cohort run? Paged memory, token ids unkeyed (read by nothing, or matched by
-    pinned prefixes, which match prompts alone) or keyed by prefix caching (``keyed``), no
-    beams (they fork and free every round). Requests may wait or be swapped: the policy's
-    ``plan_round`` says at each event what the next round does with them; a follow-up
-    released by a finish is one more arrival to come (``Engine.next_arrival``). Blocks may be
-    shared by parallel samples (their prompt's; not under prefix caching), by prefix hits
-    (``keyed``) or with pinned prefixes (whose partial last block an admission copies):
-    growth takes private blocks only (or after a full shared last block), and a finish frees
-    what the pool says it frees."""
+    """May a cohort run? Paged memory without beams (they fork and free every round) and
+    without parallel samples under prefix caching (``keyed``), or contiguous memory
+    (``_plain_regions``). Queues, follow-ups, shared blocks and pinned prefixes are the
+    policy's and the books' at each event: growth takes private blocks only."""
     sched = engine.scheduler
     kv = sched.kv
     if isinstance(kv, ContiguousAllocator):
@@ -190,11 +184,6 @@ class Cohort:
         self.firsts: list[int] = []
         self.ends: list[tuple[int, StepCurve | None]] = []  # (ticks)
 
-    @property
-    def rounds(self) -> int:
-        """Decode rounds run in windows (they start at round 0)."""
-        return self.done
-
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> bool:
         """Run to the cohort's end, then bring every member up to date. False, having only
@@ -250,7 +239,9 @@ class Cohort:
         replan = True  # an event since the last plan (a plan holds until the next)
         resume = False  # the next round resumes swapped requests after its decode
         mixed = False  # the next round runs the policy's part after its decode (``fill``)
-        every = sched.plans_every_event
+        keyed, regions, times, resharing = self.keyed, self.regions, self.times, self.resharing
+        # (On contiguous memory a plan at every event: static's decode closes its batch.)
+        always = sched.plans_every_event or regions is not None
         while True:
             if chat:  # (any finish since may have released one)
                 arrival = eng.next_arrival
@@ -268,15 +259,12 @@ class Cohort:
                     # Of ``plain``, an arrival can change only these (``add_request`` sets
                     # them); unkeyed token ids play no part in growth. (Contiguous memory:
                     # none of them.)
-                    keyed = self.keyed
-                    if self.regions is None and (sched.has_beams or (keyed and sched.has_groups)):
+                    if regions is None and (sched.has_beams or (keyed and sched.has_groups)):
                         return
                     if keyed and sched.has_token_ids != self.ids:
                         return
                 waiting = bool(queued or swapped)
-                # (On contiguous memory a plan at every event: static's decode closes its batch.)
-                planned = waiting or bool(self.prefilling) or self.regions is not None or every
-                if plan is not None or (planned and replan):
+                if plan is not None or (replan and (waiting or always or bool(self.prefilling))):
                     # the policy's round: admissions, else a decode of every member (and
                     # resumptions after it)
                     if plan is None:
@@ -288,7 +276,7 @@ class Cohort:
                         self._admission(plan.admitted)
                         plan, replan = None, True
                         continue
-                    if self.keyed and waiting and self._growth_may_hit():
+                    if keyed and waiting and self._growth_may_hit():
                         return  # (the engine steps until the key is made)
                     resume = plan.resumes
                     mixed = plan.chunked
@@ -301,7 +289,7 @@ class Cohort:
                 if not members and not preempted:
                     return  # only prompts in chunks: the engine steps it
                 if members and not preempted and advance_rounds(1, upto=True).k == 0:
-                    short_keyed = self.keyed and self.paged.grows_keyed
+                    short_keyed = keyed and self.paged.grows_keyed
                     victim = None if short_keyed else growth_victim()  # short of blocks
                     if victim is None:
                         return  # (the scheduler preempts)
@@ -382,14 +370,14 @@ class Cohort:
                 for x, frag in lasts:  # internal fragmentation from T(x), x = z-1-a
                     start = x * h0 + h1 * (x * (x - 1) // 2) if one_line else curve.sums(x)[0]
                     internal += frag * (total - start)
-                if self.resharing:  # (hits, pinned admissions and finishes since the last event)
+                if resharing:  # (hits, pinned admissions and finishes since the last event)
                     self._resaved()
                 self.time += total
                 self.token_time += tokens
                 self.alloc_time += alloc
                 self.internal_time += internal
-                if self.regions is not None:
-                    self.rounding_time += total * self.regions.allocator_rounding
+                if regions is not None:
+                    self.rounding_time += total * regions.allocator_rounding
                 if waiting:
                     self.wait_time += total
                     self.wait_alloc += alloc
@@ -397,7 +385,7 @@ class Cohort:
                     self.max_running = r
                 self.seq_rounds += r * k
                 self.done = a + k
-                if self.times is not None:
+                if times is not None:
                     self._ran(a, ledger.ticks + total if k == 1 else ledger.ticks, curve, k)
                 advance_clock(total)
                 self.windows += 1
@@ -408,7 +396,7 @@ class Cohort:
                 # With prefix caching a short round's victims are freed amid its appends
                 # (``_decode_running``): ``_short_keyed`` runs it so.
                 victim = growth_victim()
-                if self.keyed and self.paged.grows_keyed:
+                if keyed and self.paged.grows_keyed:
                     if victim is None or self.prefilling:
                         return  # (the scheduler preempts)
                     self._short_keyed()
@@ -480,15 +468,7 @@ class Cohort:
             _, _, _, req, member = pop(finishes)
             if members.get(req) is not member:
                 continue  # preempted since
-            join, tokens, outputs, left = members.pop(req)
-            if self.times is not None:
-                self._stamp(req, join, outputs, left)
-            req.num_computed_tokens = tokens + left
-            req.num_output_tokens = outputs + left
-            self.sum_join -= join
-            self.sum_tokens -= tokens
-            if self.seqs:
-                self._left(req, join, tokens)
+            self._part(req, members.pop(req), member.left)
             group.append(req)
         self.engine.finish(group)
         # A policy may hold a finished request's memory: static its region, vllm-v1 (async)
@@ -517,8 +497,7 @@ class Cohort:
             assert got is not None, "a policy that preempted one preempts the next"
             victim = got
         assert members or self.prefilling, "the oldest request fits alone"
-        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
-        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        self.ledger.preempted(out.preempted, len(out.swap_out))
         if self.engine.check_integrity:
             self._check()
         self.victim_swaps = len(out.swap_out)
@@ -531,16 +510,7 @@ class Cohort:
         if member is None:  # a prompt in chunks: its counters are current
             self.prefilling.remove(victim)
         else:
-            join, tokens, outputs, _ = member
-            lag = self.done - join
-            if self.times is not None:
-                self._stamp(victim, join, outputs, lag)
-            victim.num_computed_tokens = tokens + lag
-            victim.num_output_tokens = outputs + lag
-            self.sum_join -= join
-            self.sum_tokens -= tokens
-            if self.seqs:
-                self._left(victim, join, tokens)
+            self._part(victim, member, self.done - member.join)
         self.engine.scheduler.preempt(victim, out)
 
     def _short_keyed(self) -> None:
@@ -563,20 +533,14 @@ class Cohort:
         members = self.members
         self.paged.short_round(make_room)
         assert members, "the oldest request fits alone"
-        swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
-        self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
+        self.ledger.preempted(out.preempted, len(out.swap_out))
         n = len(members)
         context = self.sum_tokens + n * self.done - self.sum_join
         duration = self.cost.decode_curve(n, context).sums(1)[0]
         if out.swap_out:
             duration += self.cost.swap_ticks(len(out.swap_out))
-        self.done += 1
-        self.windows += 1
         self.seq_rounds += n
-        self._account(duration, len(sched.running))
-        self.ledger.advance(duration)
-        if self.times is not None:
-            self._ran(self.done - 1, self.ledger.ticks, None, 1)
+        self._round(duration, None)
         finishes = self.finishes
         while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
             heapq.heappop(finishes)  # a member preempted since
@@ -590,7 +554,6 @@ class Cohort:
         it: ``context``) also forked groups (``_fork``) or resumed swapped requests, each
         computing its next token (every sample of a group): the round is priced as one decode
         of them all plus the swaps, and accounted at the books after it (as ``_admission``)."""
-        eng = self.engine
         chunks = out.chunks
         m = len(chunks)
         seqs = sum([len(c.request.seq_ids) for c in chunks])  # (a group: each of its samples)
@@ -598,18 +561,12 @@ class Cohort:
         duration = self.cost.decode_curve(n + seqs, context + cached).sums(1)[0]
         duration += self.cost.swap_ticks(len(out.swap_in) + len(out.swap_out))
         if out.preempted:  # (a group that went straight back out: its fork needs more)
-            swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
-            self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
-        self.done += 1  # the members' round
-        self.windows += 1
+            self.ledger.preempted(out.preempted, len(out.swap_out))
         r = len(self.members)
         self.seq_rounds += r + m
         if r + m > self.max_running:
             self.max_running = r + m
-        self._account(duration, len(eng.scheduler.running))
-        eng.apply(out, duration)
-        if self.times is not None:
-            self._ran(self.done - 1, self.ledger.ticks, None, 1)
+        self._round(duration, out)
         joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:
             self._join(joined)
@@ -623,7 +580,7 @@ class Cohort:
         policy's part did anything (if not, the rounds after it repeat it until an event), or
         None if the round leaves a request the cohort cannot take on (a prompt's last token
         alone, a request resumed without a chunk): the cohort must end."""
-        eng, sched, members = self.engine, self.engine.scheduler, self.members
+        sched, members = self.engine.scheduler, self.members
         n = len(members) + self.extra  # their sequences
         context = self.sum_tokens + n * self.done - self.sum_join  # the members' tokens
         out = SchedulerOutput()
@@ -644,17 +601,10 @@ class Cohort:
         if swaps:
             duration += self.cost.swap_ticks(swaps)
         if out.preempted:
-            swap_outs = sum(r.status is _SWAPPED for r in out.preempted)
-            self.ledger.preempted(len(out.preempted), swap_outs, len(out.swap_out))
-        self.done += 1  # the members' round
-        self.windows += 1
-        running = len(sched.running)
-        self.admitted_running += running
+            self.ledger.preempted(out.preempted, len(out.swap_out))
+        self.admitted_running += len(sched.running)
         self.admitted_seqs += len(members) + len(chunks)
-        self._account(duration, running)
-        eng.apply(out, duration)
-        if self.times is not None:
-            self._ran(self.done - 1, self.ledger.ticks, None, 1)
+        self._round(duration, out)
         joined: list[Request] = []
         rest: list[Request] = []
         for req in dict.fromkeys([*self.prefilling, *[c.request for c in chunks]]):
@@ -669,6 +619,19 @@ class Cohort:
         if lone or len(sched.running) != len(members) + len(rest):
             return None
         return bool(chunks or out.preempted or out.swap_in or out.released)
+
+    def _round(self, duration: int, out: SchedulerOutput | None) -> None:
+        """A decode round of the members on its own, of ``duration``, with ``out``'s chunks
+        (None: the members alone): accounted at the books after it, then applied."""
+        self.done += 1
+        self.windows += 1
+        self._account(duration, len(self.engine.scheduler.running))
+        if out is None:
+            self.ledger.advance(duration)
+        else:
+            self.engine.apply(out, duration)
+        if self.times is not None:
+            self._ran(self.done - 1, self.ledger.ticks, None, 1)
 
     def _account(self, duration: int, running: int) -> None:
         """A round of ``duration`` at the books as they are now (its allocations made)."""
@@ -702,12 +665,7 @@ class Cohort:
         eng = self.engine
         sched = eng.scheduler
         chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
-        if len(chunks) == 1:  # one arrival (the usual case): ``_duration``'s key, inlined
-            duration = self.prices.get((chunks[0].num_new_tokens, chunks[0].num_cached_tokens))
-            if duration is None:
-                duration = self._duration(batch)
-        else:
-            duration = self._duration(batch)
+        duration = self._duration(batch)
         running = len(sched.running)
         self._account(duration, running)
         self.admissions += 1
@@ -780,13 +738,18 @@ class Cohort:
             out.chunks.append(sched._chunk(req, 1))
         self.forking = []
 
-    def _left(self, req: Request, join: int, tokens: int) -> None:
-        """A member that finished or was preempted takes its samples' sums with it."""
-        more = self.seqs.pop(req, 0)
-        if more:
-            self.extra -= more
-            self.sum_join -= join * more
-            self.sum_tokens -= tokens * more
+    def _part(self, req: Request, member: Member, lag: int) -> None:
+        """``req`` leaves (finished, preempted, the cohort's end; its ``members`` entry is the
+        caller's) after ``lag`` rounds as a member: counters up to date, its sums taken out."""
+        join, tokens, outputs, _ = member
+        if self.times is not None:
+            self._stamp(req, join, outputs, lag)
+        req.num_computed_tokens = tokens + lag
+        req.num_output_tokens = outputs + lag
+        more = 1 + self.seqs.pop(req, 0) if self.seqs else 1
+        self.extra -= more - 1
+        self.sum_join -= join * more
+        self.sum_tokens -= tokens * more
 
     def _resaved(self) -> None:
         """Blocks saved by sharing may have moved (a group forked, swapped, finished): the
@@ -831,20 +794,25 @@ class Cohort:
     # ----- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
         """Add the cohort's rounds to the engine's totals: one span."""
-        capacity = self.kv.capacity
-        tokens, internal, alloc = self.token_time, self.internal_time, self.alloc_time
-        # Unallocated slots: external fragmentation in rounds where a request waited, free
-        # in the others.
-        external = capacity * self.wait_time - self.wait_alloc
-        free = capacity * (self.time - self.wait_time) - (alloc - self.wait_alloc)
-        weighted = (tokens, alloc - tokens - internal, internal, external, free)
+        capacity, waited = self.kv.capacity, self.wait_time
+        # the rounds in which a request waited (their allocated slots only), then the others
+        part = level_integrals(capacity, waited, 0, self.wait_alloc, 0, True)
+        rest = level_integrals(
+            capacity,
+            self.time - waited,
+            self.token_time,
+            self.alloc_time - self.wait_alloc,
+            self.internal_time,
+            False,
+        )
+        a, b, c, d, e = map(int.__add__, part, rest)
         span = Span(
             self.done + self.admissions,
             self.time,
             self.seq_rounds + self.admitted_running,
             self.seq_rounds + self.admitted_seqs,
             self.max_running,
-            weighted,
+            (a, b, c, d, e),
             self.saved_time + self.saved * (self.time - self.saved_at),
             self.rounding_time,
         )
@@ -855,12 +823,8 @@ class Cohort:
         (it no longer advances; the next read of their blocks takes what they are owed)."""
         d = self.done
         for req, m in self.members.items():
-            lag = d - m.join
-            if lag and self.times is not None:
-                self._stamp(req, m.join, m.outputs, lag)
-            if lag:
-                req.num_computed_tokens = m.tokens + lag
-                req.num_output_tokens = m.outputs + lag
+            if d != m.join:
+                self._part(req, m, d - m.join)
         self.members.clear()
         self.forking = []
         self.seqs.clear()

@@ -300,14 +300,15 @@ class Engine:
 
     def finish(self, finished: list[Request]) -> None:
         now = self.ledger.now
+        sched_finish, cap = self.scheduler.finish, self.cap
         for req in finished:
-            for done in self.scheduler.finish(req):
+            for done in sched_finish(req):
                 done.finish_time = now
                 if done.n > 1:
                     done.complete_samples()
                 self._ended += 1
-                if self.cap is not None:
-                    self.cap.release(self.ledger.ticks)
+                if cap is not None:
+                    cap.release(self.ledger.ticks)
                 if self.followups:
                     self._release_followups(done)
         if finished and self.progress is not None:
@@ -326,8 +327,7 @@ class Engine:
         saved = sched.kv.blocks_saved_by_sharing
         ledger.add(span(duration, memory, len(sched.running), len(batch.chunks), saved))
         if batch.preempted or batch.swap_out:
-            swap_outs = sum(r.status is RequestStatus.SWAPPED for r in batch.preempted)
-            ledger.preempted(len(batch.preempted), swap_outs, len(batch.swap_out))
+            ledger.preempted(batch.preempted, len(batch.swap_out))
         t = ledger.totals
         if self.trace_steps:
             usage = memory

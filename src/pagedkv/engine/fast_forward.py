@@ -1,20 +1,12 @@
 """The fast path's dispatch: after a round, hand the run to the decode cohort where it may go.
 
 After a *pure decode round* (every running request computed exactly one token; nothing was
-admitted, preempted, swapped, copied or finished), the next rounds repeat it until an event (a
-finish, an arrival, the first round short of blocks), so a policy that decides at events
-(``Scheduler.decides_at_events``) lets the engine skip them: the decode cohort (``cohort.py``)
-runs from here through every event its policy plans (``Scheduler.plan_round``), in closed form
-between events. ``Engine(reference=True)`` steps every round instead; the differential tests
-check that both give the same run.
-
-The cohort runs wherever ``cohort.plain`` holds: paged memory without beams (token ids read by
-nothing, matched by pinned prefixes or keyed by prefix caching; parallel samples except under
-prefix caching), and contiguous memory under a policy that plans its rounds. Everywhere else,
-and in a round the cohort does not take on (a policy that plans none while requests wait, a
-chunked round it cannot price, a group's fork that does not fit), the engine steps that round
-through ``schedule``: correct by construction. Beams never run in bulk (they fork and free
-every round: ``_pure_decode``).
+admitted, preempted, swapped, copied or finished), the next rounds repeat it until an event, so
+a policy that decides at events (``Scheduler.decides_at_events``) lets the engine skip them: the
+decode cohort (``cohort.py``) runs from here in closed form between events, wherever
+``cohort.plain`` holds. Everywhere else, and in a round the cohort does not take on, the engine
+steps that round through ``schedule``: correct by construction. ``Engine(reference=True)``
+steps every round; the differential tests check that both give the same run.
 """
 
 from __future__ import annotations
@@ -62,7 +54,7 @@ class FastForward:
         run = cohort.Cohort(eng, self.cost, self.prices)
         if run.run():
             self.windows += run.windows
-            self.rounds += run.rounds
+            self.rounds += run.done
 
     def _pure_decode(self, batch: SchedulerOutput) -> bool:
         running = self.engine.scheduler.running

@@ -21,10 +21,12 @@ same integers, and an arrival that ties a round's end falls on the same side of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from pagedkv.engine.clock import to_seconds
 from pagedkv.engine.metrics import StepTotals
+from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.memory.usage import MemoryUsage
 
 
@@ -161,10 +163,10 @@ class Ledger:
         t.weighted_saved_blocks += span.saved
         t.weighted_rounding += span.rounding
 
-    def preempted(self, preemptions: int, swap_outs: int, swapped_blocks: int) -> None:
-        """A round preempted ``preemptions`` requests, ``swap_outs`` of them to the CPU, and
-        swapped ``swapped_blocks`` blocks out."""
+    def preempted(self, victims: Sequence[Request], swapped_blocks: int) -> None:
+        """A round preempted ``victims`` (those now swapped went to the CPU) and swapped
+        ``swapped_blocks`` blocks out."""
         t = self.totals
-        t.preemptions += preemptions
-        t.swap_outs += swap_outs
+        t.preemptions += len(victims)
+        t.swap_outs += sum(r.status is RequestStatus.SWAPPED for r in victims)
         t.swapped_blocks += swapped_blocks

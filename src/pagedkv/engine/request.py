@@ -209,10 +209,5 @@ class Request:
         return self.prompt_len + self.num_output_tokens - self.num_computed_tokens
 
     @property
-    def in_prefill(self) -> bool:
-        """More than one token to compute (prompt, chunk remainder or recompute)."""
-        return self.num_pending_tokens > 1
-
-    @property
     def is_finished(self) -> bool:
         return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)

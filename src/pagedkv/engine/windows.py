@@ -179,7 +179,9 @@ class WindowCurve:
 
     def reach(self, duration: int) -> tuple[int, tuple[int, int]]:
         """``steps_to_reach(duration)`` and its ``sums`` (the fast-forward needs both)."""
-        if check_duration(duration) <= 0:
+        if type(duration) is not int:
+            check_duration(duration)
+        if duration <= 0:
             return 0, (0, 0)
         a, b = self.head
         k = _solve(a, b, duration)
@@ -187,9 +189,11 @@ class WindowCurve:
         if split is None:  # one line (the usual window): settle with its totals, inlined
             while k > 0 and (k - 1) * a + b * ((k - 1) * (k - 2) // 2) >= duration:
                 k -= 1
-            while k * a + b * (k * (k - 1) // 2) < duration:
+            s1 = k * (k - 1) // 2
+            while k * a + b * s1 < duration:
                 k += 1
-            return k, self.sums(k)
+                s1 = k * (k - 1) // 2
+            return k, (k * a + b * s1, a * s1 + b * ((k - 1) * k * (2 * k - 1) // 6))
         if k > split:  # past the switch: continue on the tail line
             done = self.sums(split)[0]
             a2, b2 = self.tail
