@@ -21,9 +21,14 @@ tokens appended in one piece before each event::
 
 Cost per block, not per token or per grower. When no key the rounds fill with is in the cache
 already or made twice, the order of keys against allocations cannot matter (``keyed_append``'s
-argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. A grower
-touched goes on growing from round d (``Growth.shift``: its table then holds its tokens and
-blocks; its residue does not change); the others stay as they were. The books (``Growth``'s
+argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. That
+pass settles no grower: the blocks it takes for one are *chosen* (out of the pool, theirs,
+``Growth.choose``), the keys it makes go into its table's keys and the pool's cache map
+(*ahead* of the table's tokens), and its table takes the chosen blocks and its tokens only when
+something reads it (``_take_chosen``: a settle, the round-by-round replay, a prefix hit on a
+block keyed ahead). The replay (which reads the tables) first brings the lagging growers to
+its first round; a grower touched goes on growing from round d (``Growth.shift``: its table
+then holds its tokens and blocks; its residue does not change). The books (``Growth``'s
 closed-form sums) never depended on the order, only the pool does, so
 ``_materialise`` runs only where the pool is read: a prefix lookup, an allocation with ids, a
 swap, a free, and before anything settles a sequence.
@@ -245,7 +250,6 @@ class KeyedGrowthMixin:
         new_keys: list[BlockHash] = []  # every key made, table by table
         # (seq_id, table, its first new key's block, n)
         keyed: list[tuple[SeqId, BlockTable, int, int]] = []
-        touched: list[SeqId] = []
         sha, code = sha256, run_code
         for c in residues:
             bucket = buckets[c]
@@ -273,7 +277,6 @@ class KeyedGrowthMixin:
                 if seq_id in lost:
                     return False
                 table = tables[seq_id]
-                touched.append(seq_id)
                 if q1 >= q0:
                     first = join + room + 1
                     if q1 == q0:
@@ -300,8 +303,8 @@ class KeyedGrowthMixin:
                         parent = hashes[-1] if j0 else None
                         new_keys += keys_of(ids, j0, j0 + n, bs, table.salt, parent)
                     keyed.append((seq_id, table, j0, n))
-        if not touched:
-            return True
+        if not takes and not new_keys:
+            return True  # (no table moves: growers go on as they were)
         if new_keys and (len(set(new_keys)) != len(new_keys) or pool.any_cached(new_keys)):
             return False
         chosen = self._chosen
@@ -321,7 +324,10 @@ class KeyedGrowthMixin:
             i = 0
             for seq_id, table, j0, n in keyed:
                 blocks = table.blocks
-                if j0 + n <= len(blocks):
+                j = j0 - len(blocks)
+                if j >= 0:  # (the usual case: all in blocks chosen for it)
+                    got = chosen[seq_id][j : j + n]
+                elif j + n <= 0:
                     got = blocks[j0 : j0 + n]
                 else:
                     got = (blocks + chosen[seq_id])[j0 : j0 + n]
