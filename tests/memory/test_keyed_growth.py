@@ -170,3 +170,33 @@ KeyedGrowthMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
 test_keyed_growth_equals_appending_every_token = KeyedGrowthMachine.TestCase
+
+
+def test_a_hit_on_blocks_keyed_ahead_of_a_growers_table() -> None:
+    """The one-pass replay chooses a grower's blocks and keys them ahead of its table's tokens
+    (its table takes them when read); a prompt whose ids hit those blocks reads the grower, and
+    every table, block and free-queue entry is then as appending every token leaves them."""
+    lazy = make_manager(4, 32, prefix_caching=True)
+    eager = make_manager(4, 32, prefix_caching=True)
+    ids = own_ids(0, 0, 30)
+    other = own_ids(1, 0, 5)
+    for kv in (lazy, eager):
+        assert kv.allocate(0, 6, token_ids=ids[:6], final_len=30) == 0
+    lazy.grow([0], token_ids=[ids[6:]], order=[0])
+    lazy.advance_rounds(9)
+    for t in range(6, 15):
+        assert eager.append_slots(0, 1, token_ids=ids[t : t + 1]) is not None
+    for kv in (lazy, eager):  # (the pool read: the one pass runs)
+        assert kv.allocate(1, 5, token_ids=other, final_len=5) == 0
+    assert lazy._chosen  # blocks chosen,
+    assert lazy._ahead  # and keyed ahead of the table
+    lazy.check_integrity()
+    assert lazy.books() == eager.books()
+    hits = [kv.allocate(2, 14, token_ids=ids[:14], final_len=20) for kv in (lazy, eager)]
+    assert hits[0] == hits[1] == 12  # three full blocks, the last two the grower's outputs'
+    assert not lazy._ahead
+    for kv in (lazy, eager):
+        kv.check_integrity()
+    assert lazy.books() == eager.books()
+    assert lazy.gpu.free_blocks() == eager.gpu.free_blocks()
+    assert [lazy.block_ids(s) for s in (0, 1, 2)] == [eager.block_ids(s) for s in (0, 1, 2)]

@@ -14,6 +14,7 @@ block at rounds congruent to its residue modulo bs) and O(log n) per last block 
 
     lag tokens  = n d - sum r0              (tokens the growers' tables do not hold yet)
     held        = blocks taken since r0     (still in the pool's free queue: not chosen yet)
+    chosen      = blocks taken since r0     (out of the pool, not in the tables yet: ``choose``)
     frag        = frag of last blocks taken since r0
 
 Nothing here touches the pool or a table: the manager adds these sums to its books (exact free
@@ -76,9 +77,12 @@ class Growth:
         self.counts = PeriodicCounts(block_size)
         self.sum_join = 0
         self.held = 0
+        # blocks taken since r0 that the pool handed out but no table holds yet (prefix
+        # caching's replay chooses them without settling a grower: keyed_growth.py)
+        self.chosen = 0
         self.frag = 0
         # What the books add for the growers (``KVCacheManager.books``), kept up to date:
-        # tokens (n d - sum r0), and reservation (bs held - tokens - frag).
+        # tokens (n d - sum r0), and reservation (bs (held + chosen) - tokens - frag).
         self.tokens = 0
         self.reservation = 0
         self._lasts: list[tuple[int, int, int]] = []  # (round, frag, serial): a heap
@@ -116,12 +120,19 @@ class Growth:
         self.counts.add(first % bs, 1)
         self.sum_join += d  # (it adds no token yet: the books stay as they are)
 
-    def remove(self, seq_id: SeqId) -> tuple[int, int]:
+    def remove(self, seq_id: SeqId, chosen: int = 0) -> tuple[int, int]:
         """Stop ``seq_id`` growing; returns the tokens and the blocks it gained since it
-        joined (its table must take them, or its blocks be freed)."""
-        return self.drop(self.seqs.pop(seq_id))
+        joined (its table must take them, or its blocks be freed); ``chosen`` of those blocks
+        are out of the pool already (``choose``)."""
+        return self.drop(self.seqs.pop(seq_id), chosen)
 
-    def drop(self, g: Grower) -> tuple[int, int]:
+    def choose(self, n: int) -> None:
+        """``n`` of the blocks growth holds left the pool's free queue for growers whose
+        tables do not hold them yet: no longer free, still the growers' (the sums stay)."""
+        self.held -= n
+        self.chosen += n
+
+    def drop(self, g: Grower, chosen: int = 0) -> tuple[int, int]:
         """``remove`` of a grower already taken out of ``seqs``."""
         bs, d = self.block_size, self.round
         join, _, room, owed, frag, _, serial = g  # (one unpacking: fields are descriptors)
@@ -138,17 +149,26 @@ class Growth:
                 self.frag -= frag
             else:  # its last block's heap entry is still to come: it counts for nothing
                 self._dead.add(serial)
-        self.held = held = self.held - taken  # the books' sums follow
+        self.held -= taken - chosen  # the books' sums follow
+        self.chosen -= chosen
         self.tokens = tokens = len(self.seqs) * d - self.sum_join
-        self.reservation = bs * held - tokens - self.frag
+        self.reservation = bs * (self.held + self.chosen) - tokens - self.frag
         return lag, taken
 
-    def shift(self, moved: list[SeqId], tables: Mapping[SeqId, BlockTable]) -> None:
-        """Growers whose tables were brought to the current round (their tokens and the
-        blocks they took are in them now): each goes on from here, as ``remove`` then ``add``
-        would leave it. Its residue, the round of its last block and that block's heap entry
-        stay as they were, so only its own fields and the sums move."""
-        bs, d = self.block_size, self.round
+    def shift(
+        self,
+        moved: list[SeqId],
+        tables: Mapping[SeqId, BlockTable],
+        at: int | None = None,
+        chosen: Mapping[SeqId, int] | None = None,
+    ) -> None:
+        """Growers whose tables were brought to round ``at`` (the current one if None; their
+        tokens and the blocks they took by then are in them now, ``chosen[seq_id]`` of those
+        out of the pool already): each goes on from there, as ``remove`` then ``add`` at that
+        round would leave it. Its residue, the round of its last block and that block's heap
+        entry stay as they were, so only its own fields and the sums move."""
+        bs = self.block_size
+        d = self.round if at is None else at
         seqs = self.seqs
         for seq_id in moved:
             join, _, room, owed, frag, end, serial = seqs[seq_id]
@@ -158,7 +178,12 @@ class Growth:
                 taken = (lag - room - 1) // bs + 1
                 if 0 <= owed < taken:
                     taken = owed
-            self.held -= taken
+            if chosen is None:
+                self.held -= taken
+            else:
+                c = chosen.get(seq_id, 0)
+                self.held -= taken - c
+                self.chosen -= c
             self.sum_join += lag
             if owed >= 0:
                 if frag and taken == owed:  # its last block is its table's now, frag too
@@ -169,8 +194,8 @@ class Growth:
             tokens = table.num_tokens
             grower = (d, tokens, len(table.blocks) * bs - tokens, owed, frag, end, serial)
             seqs[seq_id] = _new(Grower, grower)
-        self.tokens = tokens = len(seqs) * d - self.sum_join
-        self.reservation = bs * self.held - tokens - self.frag
+        self.tokens = tokens = len(seqs) * self.round - self.sum_join
+        self.reservation = bs * (self.held + self.chosen) - tokens - self.frag
 
     def rounds_that_fit(self, free: int) -> int | None:
         """How many rounds from now the growers' new blocks fit in ``free`` free blocks (None:
@@ -216,11 +241,17 @@ class Growth:
         self.held = held = self.held + w0
         self.round = b
         self.tokens = tokens = len(self.seqs) * b - self.sum_join  # the books' sums follow
-        self.reservation = self.block_size * held - tokens - self.frag
+        self.reservation = self.block_size * (held + self.chosen) - tokens - self.frag
         return _new(Window, (k, w0, s1, s2, lasts, listed))
 
-    def check(self, tables: Mapping[SeqId, BlockTable]) -> None:
-        """Recompute the sums from the growers and compare."""
+    def check(
+        self, tables: Mapping[SeqId, BlockTable], chosen: Mapping[SeqId, int] | None = None
+    ) -> None:
+        """Recompute the sums from the growers and compare (``chosen``: each one's blocks out
+        of the pool that its table does not hold, ``choose``)."""
+        chosen = chosen or {}
+        if chosen.keys() - self.seqs.keys() or sum(chosen.values()) != self.chosen:
+            raise IntegrityError(f"growth has {self.chosen} blocks chosen, the growers others")
         bs, d = self.block_size, self.round
         held = frag = sum_join = 0
         counts = [0] * bs
@@ -229,14 +260,16 @@ class Growth:
             if table is None or table.num_tokens != g.tokens:
                 raise IntegrityError(f"growing sequence {seq_id!r}: its table moved")
             taken = g.taken_by(d, bs)
-            held += taken
+            if not 0 <= chosen.get(seq_id, 0) <= taken:
+                raise IntegrityError(f"growing sequence {seq_id!r} chose blocks it did not take")
+            held += taken - chosen.get(seq_id, 0)
             frag += g.frag if g.frag and taken == g.taken else 0
             sum_join += g.join
             counts[(g.join + g.room + 1) % bs] += 1
             if g.end >= 0 and d > g.end:
                 raise IntegrityError(f"growing sequence {seq_id!r} passed its final length")
         tokens = len(self.seqs) * d - sum_join
-        reservation = bs * held - tokens - frag
+        reservation = bs * (held + self.chosen) - tokens - frag
         got = (self.held, self.frag, self.sum_join, self.counts.count)
         if got != (held, frag, sum_join, counts) or (self.tokens, self.reservation) != (
             tokens,

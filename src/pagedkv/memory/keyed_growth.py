@@ -21,9 +21,14 @@ tokens appended in one piece before each event::
 
 Cost per block, not per token or per grower. When no key the rounds fill with is in the cache
 already or made twice, the order of keys against allocations cannot matter (``keyed_append``'s
-argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. A grower
-touched goes on growing from round d (``Growth.shift``: its table then holds its tokens and
-blocks; its residue does not change); the others stay as they were. The books (``Growth``'s
+argument), and ``_materialise_at_once`` takes the rounds' blocks in one pass instead. That
+pass settles no grower: the blocks it takes for one are *chosen* (out of the pool, theirs,
+``Growth.choose``), the keys it makes go into its table's keys and the pool's cache map
+(*ahead* of the table's tokens), and its table takes the chosen blocks and its tokens only when
+something reads it (``_take_chosen``: a settle, the round-by-round replay, a prefix hit on a
+block keyed ahead). The replay (which reads the tables) first brings the lagging growers to
+its first round; a grower touched goes on growing from round d (``Growth.shift``: its table
+then holds its tokens and blocks; its residue does not change). The books (``Growth``'s
 closed-form sums) never depended on the order, only the pool does, so
 ``_materialise`` runs only where the pool is read: a prefix lookup, an allocation with ids, a
 swap, a free, and before anything settles a sequence.
@@ -45,7 +50,7 @@ from pagedkv.memory.block_table import BlockTable
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.growth import Growth, Window
 from pagedkv.memory.interface import SeqId
-from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, keys_of, run_keys
+from pagedkv.memory.prefix_hash import BlockHash, check_token_ids, keys_of, run_code, sha256
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.memory.token_runs import TokenRuns
 
@@ -90,6 +95,13 @@ class KeyedGrowthMixin:
         self._stale: set[SeqId] = set()  # growers whose parent entry lags (filled since)
         self._serial_order = 0
         self._ids_len: dict[SeqId, int] = {}  # a grower's known ids before ``grow`` told more
+        # Blocks the one-pass replay took from the pool for a grower, in order, that its table
+        # does not hold yet (their keys are in its table already): the grower is not settled
+        # at every block it takes, only when read (``_take_chosen``).
+        self._chosen: dict[SeqId, list[int]] = {}
+        # The blocks keyed ahead of their grower's table (those it filled since its table's
+        # tokens), by block: a prefix hit on one reads the grower, which then takes them.
+        self._ahead: dict[int, SeqId] = {}
 
     # ----- joining ---------------------------------------------------------------------------
     def _grow_keyed(
@@ -155,6 +167,7 @@ class KeyedGrowthMixin:
         self._made = d
         if m >= d or not self._keyed or self._materialise_at_once(m, d):
             return
+        self._take_chosen(m)  # (the replay reads and writes the tables as of round m)
         bs = self.block_size
         seqs, tables, pool = growth.seqs, self._tables, self.gpu
         lost, tails, buckets = self._lost, self._tails, self._buckets
@@ -231,16 +244,18 @@ class KeyedGrowthMixin:
         else:  # buckets (i - 1) % bs and i % bs for i in m+1 .. d
             residues = {r % bs for r in range(m, d + 1)}
         lost = self._lost
-        # (round, order, n, table) of each new block: n (a count) keeps the sort stable on
-        # equal (round, order) without comparing tables
-        takes: list[tuple[int, object, int, BlockTable]] = []
-        keyed: list[tuple[BlockTable, list[BlockHash]]] = []
-        new_keys: list[BlockHash] = []
-        touched: list[SeqId] = []
-        grown: list[tuple[SeqId, BlockTable, int]] = []
-        joins: list[int] = []
+        # (round, order, n, seq_id) of each new block: n (a count) keeps the sort stable on
+        # equal (round, order) without comparing sequence ids
+        takes: list[tuple[int, object, int, SeqId]] = []
+        new_keys: list[BlockHash] = []  # every key made, table by table
+        # (seq_id, table, its first new key's block, n)
+        keyed: list[tuple[SeqId, BlockTable, int, int]] = []
+        sha, code = sha256, run_code
         for c in residues:
-            for seq_id, order in buckets[c].items():
+            bucket = buckets[c]
+            if not bucket:
+                continue
+            for seq_id, order in bucket.items():
                 join, tokens, room, owed, _, end, _ = seqs[seq_id]
                 lo = m + 1 - join  # its rounds in the window: x = lo .. hi
                 if lo < 1:
@@ -262,54 +277,108 @@ class KeyedGrowthMixin:
                 if seq_id in lost:
                     return False
                 table = tables[seq_id]
-                touched.append(seq_id)
-                grown.append((seq_id, table, tokens))
-                joins.append(join)
                 if q1 >= q0:
                     first = join + room + 1
                     if q1 == q0:
-                        takes.append((first + q0 * bs, order, len(takes), table))
+                        takes.append((first + q0 * bs, order, len(takes), seq_id))
                     else:
                         n = len(takes) - q0
-                        takes += [(first + q * bs, order, n + q, table) for q in range(q0, q1 + 1)]
+                        takes += [(first + q * bs, order, n + q, seq_id) for q in range(q0, q1 + 1)]
                 if f1 >= f0 and table.tokens_known:
                     hashes = table.block_hashes
                     j0 = len(hashes)
-                    j1 = (tokens + room + f1 * bs) // bs  # blocks full after its last fill
+                    n = (tokens + room + f1 * bs) // bs - j0  # blocks full after its last fill
                     ids = table.token_ids
                     if j0 and type(ids) is TokenRuns:  # (keys_of's usual case, inlined)
                         last = ids.runs[-1]
                         first = last.start + j0 * bs - (len(ids) - len(last))
                         if first >= last.start:
-                            keys = run_keys(hashes[-1], first, j1 - j0, bs)
+                            head = hashes[-1]
+                            for start in range(first, first + n * bs, bs):
+                                head = sha(head + code(b"R", start, bs)).digest()
+                                new_keys.append(head)
                         else:
-                            keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1])
+                            new_keys += keys_of(ids, j0, j0 + n, bs, table.salt, hashes[-1])
                     else:
-                        keys = keys_of(ids, j0, j1, bs, table.salt, hashes[-1] if j0 else None)
-                    new_keys += keys
-                    keyed.append((table, keys))
-        if not touched:
-            return True
+                        parent = hashes[-1] if j0 else None
+                        new_keys += keys_of(ids, j0, j0 + n, bs, table.salt, parent)
+                    keyed.append((seq_id, table, j0, n))
+        if not takes and not new_keys:
+            return True  # (no table moves: growers go on as they were)
         if new_keys and (len(set(new_keys)) != len(new_keys) or pool.any_cached(new_keys)):
             return False
-        takes.sort()
-        for take, block in zip(takes, pool.allocate_many(len(takes)), strict=True):
-            take[3].blocks.append(block)
-        cache = pool.cache_many
-        for table, keys in keyed:
-            hashes = table.block_hashes
-            j = len(hashes)
-            cache(table.blocks[j : j + len(keys)], keys)
-            hashes += keys
+        chosen = self._chosen
+        if takes:
+            if len(takes) > 1:
+                takes.sort()
+            for take, block in zip(takes, pool.allocate_many(len(takes)), strict=True):
+                got = chosen.get(take[3])
+                if got is None:
+                    chosen[take[3]] = [block]
+                else:
+                    got.append(block)
+            growth.choose(len(takes))
+        if new_keys:  # each key's block: its table's, or one chosen for it (in order)
+            filled: list[int] = []
+            ahead = self._ahead
+            i = 0
+            for seq_id, table, j0, n in keyed:
+                blocks = table.blocks
+                j = j0 - len(blocks)
+                if j >= 0:  # (the usual case: all in blocks chosen for it)
+                    got = chosen[seq_id][j : j + n]
+                elif j + n <= 0:
+                    got = blocks[j0 : j0 + n]
+                else:
+                    got = (blocks + chosen[seq_id])[j0 : j0 + n]
+                for block in got:
+                    ahead[block] = seq_id
+                filled += got
+                table.block_hashes += new_keys[i : i + n]
+                i += n
+            pool.cache_many(filled, new_keys)
+            self._stale.update([k[0] for k in keyed])
+        return True
+
+    def _take_chosen(self, at: int, only: Iterable[SeqId] | None = None) -> None:
+        """The growers (those of ``only``) whose tables lag behind the pool (blocks chosen for
+        them, or keyed ahead) take their blocks and their tokens up to round ``at`` (the pool
+        made up to it), and go on from there (``Growth.shift``): their tables as a replay
+        round by round would have left them."""
+        chosen, ahead = self._chosen, self._ahead
+        if not chosen and not ahead:
+            return
+        lagging = set(ahead.values()).union(chosen)
+        moved = list(lagging) if only is None else [s for s in only if s in lagging]
+        if not moved:
+            return
+        seqs, tables, bs = self._growth.seqs, self._tables, self.block_size
+        counts: dict[SeqId, int] = {}
+        grown: list[tuple[SeqId, BlockTable, int]] = []
         lag = 0
-        for (_, table, tokens), join in zip(grown, joins, strict=True):
-            table.num_tokens = tokens + (d - join)
-            lag += d - join
+        for seq_id in moved:
+            table = tables[seq_id]
+            blocks = chosen.pop(seq_id, None)
+            if blocks is not None:
+                table.blocks += blocks
+                counts[seq_id] = len(blocks)
+            join, tokens = seqs[seq_id][:2]
+            for j in range(tokens // bs, len(table.block_hashes)):
+                del ahead[table.blocks[j]]
+            table.num_tokens = tokens + (at - join)
+            lag += at - join
+            grown.append((seq_id, table, tokens))
         self._token_slots += lag
         self._tails.grow_all(grown)
-        growth.shift(touched, tables)
-        self._stale.update(touched)
-        return True
+        self._growth.shift(moved, tables, at, counts)
+
+    def _settle_ahead(self, blocks: Iterable[int]) -> None:
+        """A pool read found these blocks: a grower keyed ahead of its table among them takes
+        its blocks and tokens first (``_take_chosen``)."""
+        ahead = self._ahead
+        owners = {ahead[b] for b in blocks if b in ahead}
+        if owners:
+            self._take_chosen(self._made, owners)
 
     def _reparent(self, seq_id: SeqId, table: BlockTable) -> None:
         k = self._keyed[seq_id]
@@ -334,6 +403,7 @@ class KeyedGrowthMixin:
         nothing). Every other grower gains its token too (none takes a block). Returns the
         round's ``Window``."""
         self._materialise()
+        self._take_chosen(self._made)
         growth, tables, pool, tails = self._growth, self._tables, self.gpu, self._tails
         d = growth.round
         i, bs = d + 1, self.block_size
@@ -407,15 +477,20 @@ class KeyedGrowthMixin:
         more."""
         self._materialise()
         growth, tables, tails = self._growth, self._tables, self._tails
-        keyed = self._keyed
+        keyed, chosen, ahead, bs = self._keyed, self._chosen, self._ahead, self.block_size
         for seq_id in list(keyed) if only is None else [s for s in only if s in keyed]:
             table = tables[seq_id]
             self._leave_keyed(seq_id)
-            lag, taken = growth.remove(seq_id)
-            if taken:
+            blocks = chosen.pop(seq_id, ())
+            lag, taken = growth.remove(seq_id, len(blocks))
+            if taken != len(blocks):
                 raise IntegrityError(f"growing sequence {seq_id!r} owes {taken} blocks")
             if lag:
                 tails.untrack(seq_id, table)
+                table.blocks += blocks
+                if ahead:
+                    for j in range(table.num_tokens // bs, len(table.block_hashes)):
+                        ahead.pop(table.blocks[j], None)
                 table.num_tokens += lag
                 self._token_slots += lag
                 tails.track(seq_id, table)
@@ -487,6 +562,35 @@ class KeyedGrowthMixin:
                 raise IntegrityError(f"growing sequence {seq_id!r} in the wrong bucket")
         if sum(map(len, self._buckets)) != len(self._keyed) or self._made > growth.round:
             raise IntegrityError("replay buckets disagree with the growers")
+        if self._chosen.keys() - self._keyed.keys() or not all(self._chosen.values()):
+            raise IntegrityError("blocks chosen for a sequence that does not grow")
+        bs, made = self.block_size, self._made
+        ahead: dict[int, SeqId] = {}
+        for seq_id, g in growth.seqs.items():  # made up to round ``made``: blocks and keys
+            x = max(0, made - g.join)
+            if g.end >= 0:
+                x = min(x, g.end - g.join)
+            if len(self._chosen.get(seq_id, ())) != g.taken_by(g.join + x, bs):
+                raise IntegrityError(f"growing sequence {seq_id!r}: blocks chosen off")
+            table = self._tables[seq_id]
+            keys = (g.tokens + x) // bs if table.tokens_known and seq_id not in self._lost else 0
+            if keys and len(table.block_hashes) != keys:
+                raise IntegrityError(f"growing sequence {seq_id!r}: keys made off")
+            blocks = table.blocks + self._chosen.get(seq_id, [])
+            for j in range(g.tokens // bs, len(table.block_hashes)):
+                ahead[blocks[j]] = seq_id
+        if ahead != self._ahead:
+            raise IntegrityError("the blocks keyed ahead of their tables are off")
+
+    def _chosen_counts(self) -> dict[SeqId, int]:
+        """Each grower's chosen blocks (``Growth.check``'s)."""
+        return {seq_id: len(blocks) for seq_id, blocks in self._chosen.items()}
+
+    def _add_chosen_refs(self, expected: list[int]) -> None:
+        """The references of the chosen blocks, which no table holds yet (integrity)."""
+        for blocks in self._chosen.values():
+            for block in blocks:
+                expected[block] += 1
 
 
 def _first(t: tuple[Any, ...]) -> Any:

@@ -367,6 +367,13 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         elif self._ids_seen and self.config.enable_prefix_caching:  # (else nothing is cached)
             self._settle()
 
+    def _settle_for_swap_in(self) -> None:
+        """``SwapMixin``'s; a cached block a swap-in reuses may be one a grower keyed ahead
+        of its table (keyed_growth.py), so those take theirs first."""
+        super()._settle_for_swap_in()
+        if self._ahead:
+            self._take_chosen(self._made)
+
     # ----- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
         self, token_ids: Sequence[int], *, cache_salt: str | bytes | None = None
@@ -398,6 +405,8 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             if block is None:
                 break
             blocks.append(block)
+        if self._ahead and blocks:  # a grower's block, keyed ahead of its table: it takes it
+            self._settle_ahead(blocks)
         return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
 
     def _memo_keys(self, ids: Sequence[int], n: int, salt: bytes | None) -> list[BlockHash] | None:
@@ -845,7 +854,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
     def check_integrity(self) -> None:
         """Recompute the books from the tables and compare; raise IntegrityError on any gap
         (growing sequences: their sums from each one's state, their tables as of their join)."""
-        self._growth.check(self._tables)
+        self._growth.check(self._tables, self._chosen_counts())
         self._check_keyed()
         if self._growth.held > self.gpu.num_free:
             held = self._growth.held
@@ -860,6 +869,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
                     expected[b] += 1
             if pool is self.gpu:
                 self._add_pin_refs(expected)
+                self._add_chosen_refs(expected)
             pool.check_integrity(expected)
         slots: dict[int, int] = {}
         for seq_id, table in {**self._tables, **self._swapped}.items():

@@ -43,6 +43,10 @@ INT64 = "integers in [-2**63, 2**63)"
 _sha256 = hashlib.sha256
 _run_code = struct.Struct("<cqq").pack  # b"R", first id, number of ids
 _q = struct.Struct("<q").pack
+# ``keys_of``'s steps for a block of consecutive ids, for a caller that inlines the usual case:
+# key = sha256(parent + run_code(b"R", first id, block size)).digest()
+sha256 = _sha256
+run_code = _run_code
 
 
 def check_token_ids(field: str, token_ids: Sequence[int]) -> None:
