@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 
 from pagedkv.engine.config import SchedulerConfig
@@ -125,10 +126,23 @@ def test_vllm_v1_fast_equals_reference(setup: dict[str, Any]) -> None:
     assert outcome(build(setup, True)) == outcome(build(setup, False))
 
 
-def test_the_fast_path_runs_the_rounds_in_a_cohort() -> None:
-    """Staggered arrivals at vLLM's defaults (async, FCFS, budget 2048): the scheduler runs a
+@pytest.mark.parametrize("ids", [False, True])
+def test_the_fast_path_runs_the_rounds_in_a_cohort(ids: bool) -> None:
+    """Staggered arrivals at vLLM's defaults (async, FCFS, budget 2048), with or without token
+    ids (a shared prefix, no prefix caching: nothing reads them): the scheduler runs a
     fraction of the rounds, and the run equals the reference."""
-    workload = [RequestSpec(i, 30 + i % 5, 80 + 37 * i, 0.3 * i) for i in range(12)]
+    workload = [
+        RequestSpec(
+            i,
+            30 + i % 5,
+            80 + 37 * i,
+            0.3 * i,
+            token_ids=tuple(range(20)) + tuple(range(100 * i, 100 * i + 10 + i % 5))
+            if ids
+            else None,
+        )
+        for i in range(12)
+    ]
     setup: dict[str, Any] = {
         "workload": workload,
         "block_size": 16,

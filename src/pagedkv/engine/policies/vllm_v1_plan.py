@@ -81,10 +81,11 @@ class V1PlanMixin:
 
     def _plannable(self) -> bool:
         """The states in which no promise is made: a subclass's own rounds, beams or groups,
-        prefix caching (keys, and when async makes them, decide hits and the free queue)."""
+        prefix caching (keys, and when async makes them, decide hits and the free queue).
+        Token ids without prefix caching are read by nothing (the manager drops them)."""
         return (
             self._rounds_mirrored
-            and not (self.has_beams or self.has_groups or self.has_token_ids)
+            and not (self.has_beams or self.has_groups)
             and not self.paged.config.enable_prefix_caching
         )
 
