@@ -484,8 +484,9 @@ class Cohort:
         """The next decode round's new blocks do not all fit: the policy's victims (from
         ``victim`` on) leave, counters up to date, and are preempted until the others' do (a
         decode round short of blocks takes its victims until the rest fit: those left decode
-        in it, the round ``_loop`` runs next). A victim may be a prompt in chunks (it needs no
-        block to decode). Returns the blocks swapped out (``victim_swaps`` too)."""
+        in it, the round ``_loop`` runs next). A victim may be a prompt in chunks or a finished
+        request whose memory the policy holds (neither needs a block to decode). Returns the
+        blocks swapped out (``victim_swaps`` too)."""
         sched = self.engine.scheduler
         kv, members = self.kv, self.members
         out = SchedulerOutput()
@@ -508,7 +509,8 @@ class Cohort:
         swapped out: growth's included)."""
         member = self.members.pop(victim, None)
         if member is None:  # a prompt in chunks: its counters are current
-            self.prefilling.remove(victim)
+            if victim.status is _RUNNING:  # (else finished, its memory held: vllm-v1's async)
+                self.prefilling.remove(victim)
         else:
             self._part(victim, member, self.done - member.join)
         self.engine.scheduler.preempt(victim, out)

@@ -15,8 +15,8 @@ async frees), priced and accounted as one round. The two orders give the same ro
 * no block is keyed (prefix caching off): then which block each append takes does not matter,
   and neither does when a sampled token's block is keyed (async keys it a round late);
 * the async frees come after the round's appends and admissions, which the running count and
-  free blocks they read still include, as in vLLM; a victim is never a request awaiting its
-  free (``growth_victim`` is None while one does).
+  free blocks they read still include, as in vLLM; a request awaiting its free needs no block
+  and may be a victim (freed then, not among the round's frees), as in the running pass.
 
 ``plan_round`` checks these from the queues, the running order and count, each running
 request's kind (a decode keeps its one pending token however far its counters lag) and the free
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from pagedkv.memory.manager import KVCacheManager
 
 _RUNNING = RequestStatus.RUNNING
+
+
+def _key(r: Request) -> tuple[int, float, int]:
+    """The priority victim's key (``_pick_victim``: the highest is taken first)."""
+    return (r.priority, r.arrival_time, r.request_id)
 
 
 def _decoding(req: Request) -> bool:
@@ -81,10 +86,11 @@ class V1PlanMixin:
 
     def _plannable(self) -> bool:
         """The states in which no promise is made: a subclass's own rounds, beams or groups,
-        prefix caching (keys, and when async makes them, decide hits and the free queue)."""
+        prefix caching (keys, and when async makes them, decide hits and the free queue).
+        Token ids without prefix caching are read by nothing (the manager drops them)."""
         return (
             self._rounds_mirrored
-            and not (self.has_beams or self.has_groups or self.has_token_ids)
+            and not (self.has_beams or self.has_groups)
             and not self.paged.config.enable_prefix_caching
         )
 
@@ -190,12 +196,44 @@ class V1PlanMixin:
         """The running pass's victim when the decodes are short of blocks (``_pick_victim``:
         the last running, or the highest priority key); taken one after the other until the
         rest fit, the round's decodes are the rest's (a short decode retries after each
-        victim, and a victim already scheduled gives its blocks and budget back). None while
-        a finished request awaits its free (it could be the victim, and is no member), or in
-        the states ``_plannable`` refuses."""
-        if not self.running or self._draining or not self._plannable():
+        victim, and a victim already scheduled gives its blocks and budget back). A finished
+        request awaiting its free (async) may be the victim: it needs no block, so it never
+        is short itself, and its preemption frees its blocks and takes it out of the round's
+        frees, as ``_schedule_running`` does. None in the states ``_plannable`` refuses, and
+        where the requests awaiting their free that would be taken after the last computing
+        one might hold its blocks (``_last_victim_fits``): a round whose every request is a
+        victim runs nobody, and vLLM's engine schedules again at once (``schedule``)."""
+        if not self.running or not self._plannable():
+            return None
+        if self._draining and not self._last_victim_fits():
             return None
         return self._pick_victim()
+
+    def _last_victim_fits(self) -> bool:
+        """Does the computing request that the victims reach last (the oldest under FCFS, the
+        lowest key under priority) fit once all the others are gone? The requests awaiting
+        their free that would be taken after it keep their blocks (their counters are up to
+        date, and without prefix caching nothing is shared: ``blocks_for`` their tokens);
+        beside them it has the rest of the pool, and never needs more than its final
+        length's blocks."""
+        running, kv = self.running, self.paged
+        if self._priority:
+            last = min((r for r in running if r.status is _RUNNING), key=_key, default=None)
+            if last is None:
+                return False
+            bound = _key(last)
+            after = [r for r in self._draining if _key(r) < bound]
+        else:
+            after = []
+            for r in running:  # victims come off the end: those ahead of it stay
+                if r.status is _RUNNING:
+                    break
+                after.append(r)
+            else:
+                return False
+            last = r
+        held = sum([kv.blocks_for(r.num_computed_tokens) for r in after])
+        return held + kv.blocks_for(last.max_kv_tokens) <= kv.gpu.num_blocks
 
     def preempt(self, victim: Request, out: SchedulerOutput) -> None:
         """Preempt ``victim`` by recompute, out of the running requests (``_schedule_running``
