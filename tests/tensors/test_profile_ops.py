@@ -67,3 +67,27 @@ def test_the_passes_fill_the_budget_and_a_costly_point_runs_once() -> None:
     assert [len(p.samples) for p in cheap] == [10] * 10
     assert costly.samples == [0.5]  # its warm-up spent its share: its only timing
     assert timer.spreads()["b"] == {"runs": [1], "spread": [0.0]}
+
+
+def test_each_point_runs_its_own_shape() -> None:
+    """Points are registered in a loop and run later: each must run the shape it was
+    registered at (a closure over the loop's variables would run them all at the last)."""
+    import torch
+
+    from pagedkv.tensors.profile_config import ProfileConfig
+    from pagedkv.tensors.profile_ops import OperatorBench, _dense_grid, whole_step_tokens
+
+    cfg = ProfileConfig(model="tiny-llama", budget_s=0.1, max_tokens=40, max_seqs=6)
+    bench = OperatorBench(cfg, torch.device("cpu"), lambda: 0.0, lambda total: None)
+    bench.linear_and_embedding()
+    bench.lm_head()
+    bench.whole_steps()
+    rows: dict[str, list[int]] = {}
+    for p in bench.timer.points:
+        out = p.fn()
+        assert isinstance(out, torch.Tensor)
+        rows.setdefault(p.group, []).append(out.shape[0])
+    assert rows["linear"] == _dense_grid(40)
+    assert rows["lm_head"] == _dense_grid(6)
+    decodes, prefills = whole_step_tokens(cfg, bench.max_len)
+    assert rows["whole_steps"] == [*decodes, *[1] * len(prefills)]  # a prefill's last row

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -236,7 +237,9 @@ class OperatorBench:
 
     # ----- the operators ----------------------------------------------------------------------
     # Each method registers its points with the timer and returns what fits them once the
-    # timer has run (``profiler.profile``: every term's points in the same passes).
+    # timer has run (``profiler.profile``: every term's points in the same passes). A point's
+    # call binds its arguments now (``partial``): a closure over the loop's variables would
+    # run every point at the loop's last shape.
     def linear_and_embedding(self) -> Callable[[], tuple[dict[str, Any], dict[str, Any]]]:
         bs = self.cfg.block_sizes[0]
         held = self.config.num_layers
@@ -248,13 +251,13 @@ class OperatorBench:
             p = self.bare.layers[0]
             if self.config.arch == "llama":
                 rope = self.bare.rotary(inp)
-                fn = lambda: self.bare._llama_layer(0, p, x, inp, cache, rope)  # noqa: B023, E731
+                fn = partial(self.bare._llama_layer, 0, p, x, inp, cache, rope)
             else:
-                fn = lambda: self.bare._gpt2_layer(0, p, x, inp, cache)  # noqa: B023, E731
+                fn = partial(self.bare._gpt2_layer, 0, p, x, inp, cache)
             xs.append(t)
             layers.append(self.timer(fn, "linear"))
             if t <= EMBEDDING_TOKENS:
-                wholes.append(self.timer(lambda: self.bare(inp, cache), "embedding"))  # noqa: B023
+                wholes.append(self.timer(partial(self.bare, inp, cache), "embedding"))
 
         def fit() -> tuple[dict[str, Any], dict[str, Any]]:
             layer_t = [p.value for p in layers]
@@ -270,7 +273,7 @@ class OperatorBench:
         for s in _dense_grid(self.cfg.max_seqs):
             x = self.randn(s, self.config.hidden_size)
             xs.append(s)
-            ys.append(self.timer(lambda: self.model.logits(x), "lm_head"))  # noqa: B023
+            ys.append(self.timer(partial(self.model.logits, x), "lm_head"))
         return lambda: curve(xs, [p.value for p in ys], monotone=False)
 
     def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]], group: str) -> Point:
@@ -340,7 +343,7 @@ class OperatorBench:
         for m in (1, 4, 16, 64):
             maps = [SwapMapping(i, i) for i in range(m)]
             rows.append([1.0, float(m)])
-            times.append(self.timer(lambda: cache.swap_out(maps), f"swap.{bs}"))  # noqa: B023
+            times.append(self.timer(partial(cache.swap_out, maps), f"swap.{bs}"))
 
         def fit() -> dict[str, float]:
             fixed, per_block = nonnegative_lstsq(rows, [p.value for p in times])
@@ -385,7 +388,7 @@ class OperatorBench:
                     list(range(n)) if decode else [n - 1], dtype=torch.long, device=d
                 ),
             )
-            out.append((shape, self.timer(lambda: self.model(inp, cache), "whole_steps")))  # noqa: B023
+            out.append((shape, self.timer(partial(self.model, inp, cache), "whole_steps")))
         return lambda: [(shape, p.value) for shape, p in out]
 
     def rates(self) -> Callable[[], dict[str, float]]:
