@@ -53,7 +53,18 @@ def profile_dict(
     data = _profile_dict(rng, model, block_sizes, dtype)
     if residual or (residual is None and seed % 2):
         data["layer_residual"] = _residual(rng, data["linear"])
+    if seed % 3 == 0:  # how the points were timed (optional, not priced)
+        data["timing"] = _timing(rng)
     return data
+
+
+def _timing(rng: random.Random) -> dict[str, Any]:
+    passes = rng.randint(0, 25)
+    points = {}
+    for term in rng.sample(["linear", "lm_head", "decode_attention.16", "swap.16"], 2):
+        runs = [rng.choice([1, passes or 1]) for _ in range(rng.randint(1, 5))]
+        points[term] = {"runs": runs, "spread": [rng.uniform(0, 0.5) for _ in runs]}
+    return {"passes": passes, "points": dict(sorted(points.items()))}
 
 
 def _profile_dict(

@@ -91,12 +91,21 @@ BAD = [
     ("layer_residual.y", [0.0, float("inf")], "profile.layer_residual.y[1]"),
     ("layer_residual.y", [0.0, -1.0], "profile.layer_residual.y"),  # its last line falls
     ("layer_residual.y", [-1.0, -1.0], "profile.layer_residual"),  # a layer below 0 s
+    ("timing", [], "profile.timing"),
+    ("timing.passes", -1, "profile.timing.passes"),
+    ("timing.rounds", 3, "profile.timing.rounds"),
+    ("timing.points.linear", {"runs": [3]}, "profile.timing.points.linear"),
+    ("timing.points.linear.runs", [3, 0], "profile.timing.points.linear.runs[1]"),
+    ("timing.points.linear.spread", [0.1], "profile.timing.points.linear.spread"),
+    ("timing.points.linear.spread", [0.1, -0.2], "profile.timing.points.linear.spread[1]"),
 ]
 
 
 @pytest.mark.parametrize(("path", "value", "field"), BAD)
 def test_bad_profile_names_the_field(path: str, value: Any, field: str) -> None:
     data = copy.deepcopy(profile_dict(OPT, [16], 1))
+    if path.startswith("timing"):
+        data["timing"] = {"passes": 3, "points": {"linear": {"runs": [3, 3], "spread": [0, 0]}}}
     if path == "layer_residual.y":
         data["layer_residual"] = {"x": [0, 10], "y": [0.0, 0.0]}
     if path == "linear.x":
@@ -165,3 +174,23 @@ def test_layer_residual_is_optional_signed_and_round_trips() -> None:
     assert loaded.layer_residual is not None
     assert loaded.layer_residual.at(5) < 0
     assert Profile.from_dict(json.loads(json.dumps(loaded.to_dict()))) == loaded
+
+
+def test_timing_is_optional_and_round_trips() -> None:
+    """``timing`` records how the points were measured; a file without it loads with None, and
+    the cost model does not read it (the same prices with it or without)."""
+    from pagedkv.engine.batch_shape import BatchShape
+    from pagedkv.engine.profiled_cost import ProfiledCost
+
+    data = profile_dict(OPT, [16], 3)
+    assert "timing" in data
+    with_timing = Profile.from_dict(data)
+    assert with_timing.timing is not None
+    assert Profile.from_dict(json.loads(json.dumps(with_timing.to_dict()))) == with_timing
+    without = {k: v for k, v in data.items() if k != "timing"}
+    bare = Profile.from_dict(without)
+    assert bare.timing is None
+    assert "timing" not in bare.to_dict()
+    shape = BatchShape.decode(4, 100)
+    prices = [ProfiledCost(p, OPT, 16).step_time(shape) for p in (with_timing, bare)]
+    assert prices[0] == prices[1]

@@ -16,7 +16,7 @@ from pagedkv.engine.profiled_cost import ProfiledCost
 from pagedkv.errors import ConfigError
 from pagedkv.tensors.model_shapes import resolve_model
 from pagedkv.tensors.profile_config import FidelityConfig, ProfileConfig
-from pagedkv.tensors.profile_ops import points
+from pagedkv.tensors.profile_ops import MAX_PASSES, MIN_PASSES, points
 from pagedkv.tensors.profiler import profile
 
 SMALL = {"budget_s": 0.3, "max_tokens": 64, "max_seqs": 8}
@@ -25,12 +25,19 @@ SMALL = {"budget_s": 0.3, "max_tokens": 64, "max_seqs": 8}
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
-    ticks: list[int] = []
+    ticks: list[int] = []  # the total known at each tick
     result = profile(
         ProfileConfig(model="tiny-llama", block_sizes=(1, 16), **SMALL),  # type: ignore[arg-type]
-        tick=lambda: ticks.append(1),
+        tick=ticks.append,
     )
-    assert len(ticks) == points(ProfileConfig(block_sizes=(1, 16), **SMALL))  # type: ignore[arg-type]
+    n = points(ProfileConfig(block_sizes=(1, 16), **SMALL))  # type: ignore[arg-type]
+    assert ticks[0] == n  # the warm-up pass over every point, then the timed passes
+    assert result.timing is not None
+    runs = [r for t in result.timing.points.values() for r in t.runs]
+    assert len(runs) == n
+    assert len(ticks) == ticks[-1] == n + sum(r for r in runs if r > 1)
+    assert all(r in (1, result.timing.passes) for r in runs)
+    assert MIN_PASSES <= result.timing.passes <= MAX_PASSES
     result.write(path)
     return path
 
@@ -93,6 +100,7 @@ FIDELITY_KEYS = ("throughput_error", "ttft_error", "tpot_error", "e2e_error")
         [],
         ["--block-size", "1", "--request-rate", "200"],
         ["--num-gpu-blocks", "24", "--preemption-mode", "swap", "--max-output-len", "40"],
+        ["--num-gpu-blocks", "24", "--max-output-len", "40"],  # recompute preemption
         ["--enable-chunked-prefill", "--max-num-batched-tokens", "256", "--enable-prefix-caching"],
         ["--shared-prefix-len", "32", "--enable-prefix-caching"],
     ],
@@ -111,6 +119,16 @@ def test_fidelity_runs_and_writes_its_keys(
         assert all(isinstance(s[k], float) for k in FIDELITY_KEYS)
         assert s["iterations_real"] == data["real"]["iterations"] > 0
         assert s["iterations_sim"] > 0
+    steps = data["steps"]  # every real step, its kind and both times
+    assert len(steps) == data["real"]["iterations"]
+    assert all(x["measured_s"] > 0 and x["profiled_s"] > 0 and x["chunks"] for x in steps)
+    # every request finishes, so each block swapped out comes back in
+    assert sum(x["swap_out"] for x in steps) == sum(x["swap_in"] for x in steps)
+    if "swap" not in flags and "--enable-chunked-prefill" not in flags:
+        # recompute: each preemption re-prefills its request once, in one chunk
+        assert sum(x["recomputes"] for x in steps) == data["real"]["preemptions"]
+    if "swap" in flags:
+        assert sum(x["swap_out"] for x in steps) > 0
 
 
 def test_fidelity_rejects_a_profile_of_another_model(

@@ -23,6 +23,9 @@ times are seconds on the profiled device; "per layer" terms are multiplied by th
   operators run in sequence find their inputs and buffers warm, and cost less than each timed
   alone after a flush); flat beyond its last point. Absent (older files, the built-in profiles,
   which have no whole-step measurement): 0, the operators' sum.
+* ``timing`` (optional; not read by the cost model): how the points were measured, the round-
+  robin passes over all of them and, per term (``linear``, ``decode_attention.16``, ...) in
+  measurement order, each point's timings and spread ((75th - 25th percentile) / median).
 
 A file is one JSON object (``to_dict`` / ``from_dict``); every field is validated and a bad one is
 one ConfigError naming it (``profile.<field>``).
@@ -198,7 +201,63 @@ def _read_scalars(cls: Any, field: str, value: object) -> Any:
     )
 
 
-OPTIONAL = frozenset({"layer_residual"})
+@dataclass(frozen=True)
+class PointTimings:
+    """One term's measured points, in measurement order: timings and spread of each."""
+
+    runs: tuple[int, ...]
+    spread: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a profile's points were timed (``pagedkv.tensors.profile_ops.Timer``)."""
+
+    passes: int
+    """Round-robin passes over every point after the warm-up (0: one timing each)."""
+    points: dict[str, PointTimings]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passes": self.passes,
+            "points": {
+                k: {"runs": list(v.runs), "spread": list(v.spread)}
+                for k, v in sorted(self.points.items())
+            },
+        }
+
+    @classmethod
+    def read(cls, value: object) -> Timing:
+        field = "profile.timing"
+        data = _mapping(field, value)
+        extra = sorted(set(data) - {"passes", "points"})
+        if extra:
+            raise ConfigError(f"{field}.{extra[0]}", data[extra[0]], "is not a field of timing")
+        passes = _count(f"{field}.passes", data.get("passes"))
+        points = {}
+        for name, term in _mapping(f"{field}.points", data.get("points")).items():
+            where = f"{field}.points.{name}"
+            term = _mapping(where, term)
+            runs, spread = term.get("runs"), term.get("spread")
+            if set(term) != {"runs", "spread"} or not isinstance(runs, list):
+                raise ConfigError(where, term, "must be {'runs': [counts], 'spread': [ratios]}")
+            if not isinstance(spread, list) or len(spread) != len(runs):
+                raise ConfigError(f"{where}.spread", spread, "must be a list, one per run count")
+            points[str(name)] = PointTimings(
+                tuple(_count(f"{where}.runs[{i}]", r, 1) for i, r in enumerate(runs)),
+                tuple(_ratio(f"{where}.spread[{i}]", x) for i, x in enumerate(spread)),
+            )
+        return cls(passes, points)
+
+
+def _ratio(field: str, value: object) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not ok or not math.isfinite(float(value)) or float(value) < 0:  # type: ignore[arg-type]
+        raise ConfigError(field, value, "must be a finite ratio >= 0")
+    return float(value)  # type: ignore[arg-type]
+
+
+OPTIONAL = frozenset({"layer_residual", "timing"})
 """Profile fields a file may leave out (each with its fallback in ``Profile``)."""
 
 
@@ -242,6 +301,8 @@ class Profile:
     rates: DeviceRates
     layer_residual: Curve | None = None
     """Per layer: whole forwards less their operators' sum (module docstring); None: 0."""
+    timing: Timing | None = None
+    """How the points were timed (module docstring); None in files without it."""
 
     @property
     def dtype_bytes(self) -> int:
@@ -299,6 +360,7 @@ class Profile:
                 if self.layer_residual is None
                 else {"layer_residual": self.layer_residual.to_dict()}
             ),
+            **({} if self.timing is None else {"timing": self.timing.to_dict()}),
         }
 
     @classmethod
@@ -366,6 +428,7 @@ class Profile:
             swap=swap,
             rates=_read_scalars(DeviceRates, "profile.rates", d["rates"]),
             layer_residual=residual,
+            timing=Timing.read(d["timing"]) if "timing" in d else None,
         )
 
     def write(self, path: str | Path) -> Path:

@@ -25,6 +25,10 @@ otherwise what one shape's spread of measured times does to the schedule (an arr
 on the other side of a step boundary changes the batches after it): an error that no cost
 model, which prices one shape one way, removes.
 
+``steps`` lists every real step (its sequences' new and cached tokens, swaps, copies,
+preemptions and recomputed prefills, ``profile_runs.step_detail``) with its measured time and
+the profile's price: the per-step errors, to group by kind and shape.
+
 ``roofline`` holds the same errors for today's roofline and, for a profile with a
 ``layer_residual``, ``operators`` for the profile without it (the operators' sum alone): what
 the whole-step term changes, on the same runs.
@@ -255,4 +259,15 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
     out["replay_sim"] = _metrics(engine)
     out["replay"] = _errors(real, out["replay_sim"], real_steps, recorder.steps, None)
     out["replay"]["replayed_steps"] = replay.replayed
+    out["steps"] = _step_records(real_recorder, costs["profiled"])
+    return out
+
+
+def _step_records(recorded: Recorder, cost: CostModel) -> list[dict[str, Any]]:
+    """Each real step: its ``step_detail``, measured seconds and the profile's price (swaps
+    included), so its signed error can be grouped by kind and shape."""
+    out = []
+    for (shape, swapped, measured), detail in zip(recorded.steps, recorded.detail, strict=True):
+        predicted = cost.step_time(shape) + (cost.swap_time(swapped) if swapped else 0.0)
+        out.append({**detail, "measured_s": measured, "profiled_s": predicted})
     return out

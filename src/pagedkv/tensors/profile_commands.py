@@ -52,7 +52,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with progress_bar(points(cfg), "profiling") as bar:
         task = bar.task_ids[0]
-        result = profile(cfg, tick=lambda: bar.advance(task))
+        result = profile(cfg, tick=lambda total: bar.update(task, total=total, advance=1))
     result.write(args.out)
     print(
         f"wrote {args.out}: {cfg.model} on {cfg.device} ({result.source['device_name']}), "

@@ -1,14 +1,17 @@
 """The operators ``pagedkv profile`` times (``profiler.py`` fits and writes them): a decoder of
 the model's shapes holding layer 0 and the other layers a real step streams between two runs of
-it (``extra_layers``), and one timing method per term of the profile. Every point is timed until
-its share of the budget is spent (at least 3 runs, the median; one call that spends it alone is
-its timing), each run after the other layers and the lm head ran on one token (``Timer``)."""
+it (``extra_layers``), and one method per term of the profile that registers its points and
+returns their fit. ``Timer`` times every registered point in the same round-robin passes (a
+warm-up pass, then 3 to 25 passes, as many as the budget holds), each run after the other layers
+and the lm head ran on one token; a point's time is its median over the passes (one call that
+spends a point's share of the budget alone is its timing)."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -41,34 +44,96 @@ class _NoAttention(Decoder):
         return q.reshape(q.shape[0], -1)
 
 
+MIN_PASSES = 3
+MAX_PASSES = 25
+"""Timed passes over every point: at least 3 (a median), at most 25 (a small model's points
+take microseconds; more passes add little beside the drift they span)."""
+
+
+@dataclasses.dataclass
+class Point:
+    """One measured point: what it runs, the term it belongs to, its timings."""
+
+    fn: Callable[[], object]
+    group: str
+    samples: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def value(self) -> float:
+        """The median of its timings (the point's measured time)."""
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(75th - 25th percentile) / median of its timings: 0 for one timing."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return (q3 - q1) / self.value if self.value > 0 else 0.0
+
+
 class Timer:
-    """Median of repeated timings, ``flush`` run (untimed) before each."""
+    """Registers points (``__call__``), then times them all in round-robin passes (``run``):
+    one warm-up pass, then the same passes over every point, ``flush`` run (untimed) before
+    each timing; each point's time is the median over the passes. A machine whose speed drifts
+    from minute to minute (other tenants in its caches and memory) then slows every point a
+    little, where timing each point to the end before the next would slow a few by the whole
+    drift and bend the fitted curves."""
 
     def __init__(
         self,
         clock: Callable[[], float],
+        budget_s: float,
         per_point_s: float,
-        tick: Callable[[], None],
+        tick: Callable[[int], None],
         flush: Callable[[], None],
     ) -> None:
-        self.clock, self.per_point_s, self.tick, self.flush = clock, per_point_s, tick, flush
+        self.clock, self.budget_s, self.per_point_s = clock, budget_s, per_point_s
+        self.tick, self.flush = tick, flush
+        self.points: list[Point] = []
+        self.passes = 0
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    def __call__(self, fn: Callable[[], object], group: str) -> Point:
+        point = Point(fn, group)
+        self.points.append(point)
+        return point
+
+    def _time(self, point: Point) -> float:
         self.flush()
         start = self.clock()
-        fn()  # warm-up (allocations, the kernel's first build)
-        warm = self.clock() - start
-        if warm >= self.per_point_s:  # one call spends the point's budget: first-call costs
-            self.tick()  # are small beside it (a large layer on a CPU takes seconds)
-            return warm
-        times: list[float] = []
-        while len(times) < 3 or (sum(times) < self.per_point_s and len(times) < 25):
-            self.flush()
-            start = self.clock()
-            fn()
-            times.append(self.clock() - start)
-        self.tick()
-        return statistics.median(times)
+        point.fn()
+        return self.clock() - start
+
+    def run(self) -> int:
+        """Time every registered point; returns the timed passes (``MIN_PASSES`` to
+        ``MAX_PASSES``: as many as ``budget_s`` holds at the warm-up pass's times)."""
+        total = len(self.points)
+        warm = []
+        for p in self.points:  # warm-up: allocations, a kernel's first build, the caches
+            w = self._time(p)
+            if w >= self.per_point_s:  # one call spends the point's budget: first-call
+                p.samples.append(w)  # costs are small beside it (a large layer on a CPU)
+            warm.append(w)
+            self.tick(total)
+        live = [p for p in self.points if not p.samples]
+        per_pass = sum(w for p, w in zip(self.points, warm, strict=True) if not p.samples)
+        fit = int(self.budget_s / per_pass) if per_pass > 0 else MAX_PASSES
+        self.passes = min(max(fit, MIN_PASSES), MAX_PASSES) if live else 0
+        total += self.passes * len(live)
+        for _ in range(self.passes):
+            for p in live:
+                p.samples.append(self._time(p))
+                self.tick(total)
+        return self.passes
+
+    def spreads(self) -> dict[str, dict[str, list[Any]]]:
+        """Per term, in measurement order: each point's timings and spread (``Point.spread``)."""
+        out: dict[str, dict[str, list[Any]]] = {}
+        for p in self.points:
+            g = out.setdefault(p.group, {"runs": [], "spread": []})
+            g["runs"].append(len(p.samples))
+            g["spread"].append(p.spread)
+        return out
 
 
 def _grid(top: int, start: int = 1) -> list[int]:
@@ -128,7 +193,8 @@ class OperatorBench:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.max_len = self.config.max_position
         self.max_tokens = min(cfg.max_tokens, 4 * self.max_len)
-        self.timer = Timer(clock, cfg.budget_s / max(points(cfg), 1), tick, self._rest)
+        per_point = cfg.budget_s / max(points(cfg), 1)
+        self.timer = Timer(clock, cfg.budget_s, per_point, tick, self._rest)
         small = self.cache(1, 1)
         self._rest_input = (self.tokens_input(1, small), small, self.randn(1, full.hidden_size))
 
@@ -170,38 +236,47 @@ class OperatorBench:
         )
 
     # ----- the operators ----------------------------------------------------------------------
-    def linear_and_embedding(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    # Each method registers its points with the timer and returns what fits them once the
+    # timer has run (``profiler.profile``: every term's points in the same passes). A point's
+    # call binds its arguments now (``partial``): a closure over the loop's variables would
+    # run every point at the loop's last shape.
+    def linear_and_embedding(self) -> Callable[[], tuple[dict[str, Any], dict[str, Any]]]:
         bs = self.cfg.block_sizes[0]
         held = self.config.num_layers
         cache = self.cache(-(-self.max_tokens // bs) + 1, bs, layers=held)
-        xs, layer_t, embed_t = [], [], []
+        xs, layers, wholes = [], [], []
         for t in _dense_grid(self.max_tokens):
             inp = self.tokens_input(t, cache)
             x = self.randn(t, self.config.hidden_size) * 0.02
             p = self.bare.layers[0]
             if self.config.arch == "llama":
                 rope = self.bare.rotary(inp)
-                layer = self.timer(lambda: self.bare._llama_layer(0, p, x, inp, cache, rope))  # noqa: B023
+                fn = partial(self.bare._llama_layer, 0, p, x, inp, cache, rope)
             else:
-                layer = self.timer(lambda: self.bare._gpt2_layer(0, p, x, inp, cache))  # noqa: B023
+                fn = partial(self.bare._gpt2_layer, 0, p, x, inp, cache)
             xs.append(t)
-            layer_t.append(layer)
+            layers.append(self.timer(fn, "linear"))
             if t <= EMBEDDING_TOKENS:
-                whole = self.timer(lambda: self.bare(inp, cache))  # noqa: B023
-                embed_t.append(max(whole - held * layer, 0.0))
-        # a gather and a norm, linear in the tokens: a line through the differences of two
-        # timings (their noise would otherwise stay in a running maximum)
-        return curve(xs, layer_t, monotone=False), line_curve(xs[: len(embed_t)], embed_t)
+                wholes.append(self.timer(partial(self.bare, inp, cache), "embedding"))
 
-    def lm_head(self) -> dict[str, Any]:
+        def fit() -> tuple[dict[str, Any], dict[str, Any]]:
+            layer_t = [p.value for p in layers]
+            embed_t = [max(w.value - held * t, 0.0) for w, t in zip(wholes, layer_t, strict=False)]
+            # a gather and a norm, linear in the tokens: a line through the differences of two
+            # timings (their noise would otherwise stay in a running maximum)
+            return curve(xs, layer_t, monotone=False), line_curve(xs[: len(embed_t)], embed_t)
+
+        return fit
+
+    def lm_head(self) -> Callable[[], dict[str, Any]]:
         xs, ys = [], []
         for s in _dense_grid(self.cfg.max_seqs):
             x = self.randn(s, self.config.hidden_size)
             xs.append(s)
-            ys.append(self.timer(lambda: self.model.logits(x)))  # noqa: B023
-        return curve(xs, ys, monotone=False)
+            ys.append(self.timer(partial(self.model.logits, x), "lm_head"))
+        return lambda: curve(xs, [p.value for p in ys], monotone=False)
 
-    def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]]) -> float:
+    def attention(self, cache: PagedKVCache, pairs: list[tuple[int, int]], group: str) -> Point:
         """Time ``paged_attention`` on sequences of (query, context) over scattered blocks."""
         bs = cache.block_size
         order = torch.randperm(cache.num_blocks, generator=self.gen).tolist()
@@ -214,29 +289,33 @@ class OperatorBench:
         q = self.randn(sum(n for n, _ in pairs), c.num_heads, c.head_dim)
         qlens, ctxs = [n for n, _ in pairs], [ctx for _, ctx in pairs]
         k, v = cache.k_caches[0], cache.v_caches[0]
-        return self.timer(lambda: paged_attention(q, k, v, tables, ctxs, qlens))
+        return self.timer(lambda: paged_attention(q, k, v, tables, ctxs, qlens), group)
 
-    def decode_attention(self, bs: int) -> dict[str, Any]:
+    def decode_attention(self, bs: int) -> Callable[[], dict[str, Any]]:
         contexts = [c for c in _grid(self.max_len, 16) if c <= self.max_len]
         wide = max(self.cfg.max_seqs, 8)
         # room for the largest batch: ``wide`` short sequences or 8 of the longest
         cache = self.cache(max(wide * -(-64 // bs), 8 * -(-self.max_len // bs)) + 1, bs)
-        rows, times, at_eight = [], [], []
+        rows, points, at_eight = [], [], []
         for c in contexts:
             for n in (2, 8, wide) if c <= 64 else (2, 8):
                 # contexts spread over a block's offsets, as a running batch has them
                 ctxs = [max(c - i % bs, 1) for i in range(n)]
-                t = self.attention(cache, [(1, x) for x in ctxs])
+                t = self.attention(cache, [(1, x) for x in ctxs], f"decode_attention.{bs}")
                 rows.append([1.0, float(sum(ctxs)), float(n)])
-                times.append(t)
+                points.append(t)
                 if n == 8:
                     at_eight.append((sum(ctxs), t))
-        per_seq = nonnegative_lstsq(rows, times)[2]
-        xs = [x for x, _ in at_eight]
-        ys = [t - per_seq * 8 for _, t in at_eight]
-        return {"context": curve(xs, ys), "per_sequence_s": per_seq}
 
-    def prefill_attention(self) -> dict[str, float]:
+        def fit() -> dict[str, Any]:
+            per_seq = nonnegative_lstsq(rows, [p.value for p in points])[2]
+            xs = [x for x, _ in at_eight]
+            ys = [t.value - per_seq * 8 for _, t in at_eight]
+            return {"context": curve(xs, ys), "per_sequence_s": per_seq}
+
+        return fit
+
+    def prefill_attention(self) -> Callable[[], dict[str, float]]:
         bs = self.cfg.block_sizes[0]
         top = min(self.max_len, self.max_tokens)
         cache = self.cache(4 * -(-self.max_len // bs) + 64 * -(-128 // bs) + 1, bs)
@@ -252,22 +331,27 @@ class OperatorBench:
         for batch in batches:
             shape = BatchShape.from_chunks((n, c - n) for n, c in batch)
             rows.append([1.0, shape.num_seqs, shape.attn_pairs, shape.kv_read_tokens])
-            times.append(self.attention(cache, batch))
-        c = nonnegative_lstsq(rows, times)
+            times.append(self.attention(cache, batch, "prefill_attention"))
         names = ("per_call_s", "per_sequence_s", "per_pair_s", "per_read_token_s")
-        return dict(zip(names, c, strict=True))
+        return lambda: dict(
+            zip(names, nonnegative_lstsq(rows, [p.value for p in times]), strict=True)
+        )
 
-    def swap(self, bs: int) -> dict[str, float]:
+    def swap(self, bs: int) -> Callable[[], dict[str, float]]:
         cache = self.cache(65, bs, cpu_blocks=64)
         rows, times = [], []
         for m in (1, 4, 16, 64):
             maps = [SwapMapping(i, i) for i in range(m)]
             rows.append([1.0, float(m)])
-            times.append(self.timer(lambda: cache.swap_out(maps)))  # noqa: B023
-        fixed, per_block = nonnegative_lstsq(rows, times)
-        return {"fixed_s": fixed, "per_block_s": per_block}
+            times.append(self.timer(partial(cache.swap_out, maps), f"swap.{bs}"))
 
-    def whole_steps(self) -> list[tuple[BatchShape, float]]:
+        def fit() -> dict[str, float]:
+            fixed, per_block = nonnegative_lstsq(rows, [p.value for p in times])
+            return {"fixed_s": fixed, "per_block_s": per_block}
+
+        return fit
+
+    def whole_steps(self) -> Callable[[], list[tuple[BatchShape, float]]]:
         """Whole forwards of the profiling model (its layers with attention, the embedding and
         the lm head, as one step runs them) at ``whole_step_tokens``: decode batches over
         contexts near 64 spread over a block's offsets up to ``max_seqs`` sequences, single
@@ -304,18 +388,23 @@ class OperatorBench:
                     list(range(n)) if decode else [n - 1], dtype=torch.long, device=d
                 ),
             )
-            out.append((shape, self.timer(lambda: self.model(inp, cache))))  # noqa: B023
-        return out
+            out.append((shape, self.timer(partial(self.model, inp, cache), "whole_steps")))
+        return lambda: [(shape, p.value) for shape, p in out]
 
-    def rates(self) -> dict[str, float]:
+    def rates(self) -> Callable[[], dict[str, float]]:
         c = self.config
         src = torch.ones(16 * 2**20, dtype=torch.float32, device=self.device)  # 64 MiB
         dst = torch.empty_like(src)
-        read = src.numel() * 4 / self.timer(src.sum)
-        copy = src.numel() * 4 / self.timer(lambda: dst.copy_(src))
+        read = self.timer(src.sum, "rates")
+        copy = self.timer(lambda: dst.copy_(src), "rates")
         a, b = self.randn(64, c.hidden_size), self.randn(c.hidden_size, c.intermediate_size)
-        flops = 2 * 64 * c.hidden_size * c.intermediate_size / self.timer(lambda: a @ b)
-        return {"matmul_flops": flops, "read_bandwidth": read, "copy_bandwidth": copy}
+        matmul = self.timer(lambda: a @ b, "rates")
+        flop = 2 * 64 * c.hidden_size * c.intermediate_size
+        return lambda: {
+            "matmul_flops": flop / matmul.value,
+            "read_bandwidth": src.numel() * 4 / read.value,
+            "copy_bandwidth": src.numel() * 4 / copy.value,
+        }
 
 
 def whole_step_tokens(cfg: ProfileConfig, max_len: int) -> tuple[list[int], list[int]]:

@@ -31,6 +31,7 @@ class Recorder:
         self.before = before
         self.steps: list[tuple[BatchShape, int, float]] = []
         self.ticks: list[int] = []  # each step's duration in the clock's ticks, exact
+        self.detail: list[dict[str, Any]] = []  # ``step_detail`` of each step
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
         if self.before is not None:
@@ -39,7 +40,24 @@ class Recorder:
         swapped = len(batch.swap_out) + len(batch.swap_in)
         self.steps.append((batch_shape(batch), swapped, result.duration))
         self.ticks.append(result.ticks)
+        self.detail.append(step_detail(batch))
         return result
+
+
+def step_detail(batch: SchedulerOutput) -> dict[str, Any]:
+    """What a step ran beyond its shape, for grouping its error by kind (``fidelity``'s
+    ``steps``): its (new, cached) tokens per sequence, its swaps, copies and preemptions, and
+    how many of its prefill chunks recompute a preempted request."""
+    return {
+        "chunks": [[c.num_new_tokens, c.num_cached_tokens] for c in batch.chunks],
+        "swap_in": len(batch.swap_in),
+        "swap_out": len(batch.swap_out),
+        "copies": len(batch.copies),
+        "preempted": len(batch.preempted),
+        "recomputes": sum(
+            1 for c in batch.chunks if c.num_new_tokens > 1 and c.request.num_preemptions > 0
+        ),
+    }
 
 
 class Repeated:

@@ -27,9 +27,12 @@ dtype, on ``cpu`` or ``cuda`` (``torch.cuda.synchronize`` around every timing th
    tokens; the roofline's per-step
    overhead is the mean of measured - roofline on the same steps.
 
-Every point is timed until ``budget_s / points`` seconds are spent (at least 3 runs, the
-median). On a CPU with one thread the clock is this thread's CPU time (other processes on a
-shared machine do not count); otherwise wall time.
+Points 1-6 are timed together (``profile_ops.Timer``): a warm-up pass over all of them, then
+round-robin passes (3 to 25, as many as ``budget_s`` holds), each point's median over the
+passes; so a minute in which the machine runs slow slows every point a little instead of a
+few points by all of it. Each point's spread over the passes is recorded (``timing``). On a
+CPU with one thread the clock is this thread's CPU time (other processes on a shared machine
+do not count); otherwise wall time.
 """
 
 from __future__ import annotations
@@ -106,13 +109,23 @@ def _source(cfg: ProfileConfig, device: torch.device, clock: str) -> dict[str, s
     }
 
 
-def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profile:
-    """Measure, fit and validate a profile; ``tick()`` is called after every timing."""
+def profile(cfg: ProfileConfig, tick: Callable[[int], None] | None = None) -> Profile:
+    """Measure, fit and validate a profile; ``tick(total)`` is called after every timing, with
+    the number of timings known so far (it grows once, after the warm-up pass)."""
     device = check_device(cfg.device)
     with torch_threads(cfg.threads):
         clock, clock_name = device_clock(cfg.device, cfg.threads)
-        bench = OperatorBench(cfg, device, clock, tick or (lambda: None))
-        linear, embedding = bench.linear_and_embedding()
+        bench = OperatorBench(cfg, device, clock, tick or (lambda total: None))
+        # every term registers its points, all are timed in the same passes, then fitted
+        fit_linear = bench.linear_and_embedding()
+        fit_lm_head = bench.lm_head()
+        fit_prefill = bench.prefill_attention()
+        fit_decode = {bs: bench.decode_attention(bs) for bs in cfg.block_sizes}
+        fit_swap = {bs: bench.swap(bs) for bs in cfg.block_sizes}
+        fit_rates = bench.rates()
+        fit_whole = bench.whole_steps()
+        passes = bench.timer.run()
+        linear, embedding = fit_linear()
         data: dict[str, Any] = {
             "format": "pagedkv-profile",
             "version": 1,
@@ -129,11 +142,12 @@ def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profi
             "per_token_s": 0.0,
             "embedding": embedding,
             "linear": linear,
-            "lm_head": bench.lm_head(),
-            "prefill_attention": bench.prefill_attention(),
-            "decode_attention": {str(bs): bench.decode_attention(bs) for bs in cfg.block_sizes},
-            "swap": {str(bs): bench.swap(bs) for bs in cfg.block_sizes},
-            "rates": {**bench.rates(), "roofline_overhead_s": 0.0},
+            "lm_head": fit_lm_head(),
+            "prefill_attention": fit_prefill(),
+            "decode_attention": {str(bs): f() for bs, f in fit_decode.items()},
+            "swap": {str(bs): f() for bs, f in fit_swap.items()},
+            "rates": {**fit_rates(), "roofline_overhead_s": 0.0},
+            "timing": {"passes": passes, "points": bench.timer.spreads()},
         }
         bs = cfg.block_sizes[0]
         one = spec_of(bench.config, bench.spec.name, cfg.dtype)
@@ -141,7 +155,7 @@ def profile(cfg: ProfileConfig, tick: Callable[[], None] | None = None) -> Profi
         held_model = {**data["model"], "num_layers": held}
         # whole forwards less their operators' sum, per layer held
         ops = ProfiledCost(Profile.from_dict({**data, "model": held_model}), one, bs)
-        whole = bench.whole_steps()
+        whole = fit_whole()
         data["layer_residual"] = residual_curve(
             [s.num_tokens for s, _ in whole],
             [(m - (ops.step_time(s) - 1e-9)) / held for s, m in whole],
