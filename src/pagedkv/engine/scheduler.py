@@ -499,6 +499,13 @@ _PLAIN_DUNDERS = frozenset({"__module__", "__qualname__", "__doc__", "__annotati
 _new = tuple.__new__  # a NamedTuple's own constructor is Python code (one chunk per admission)
 
 
+def keeps_rounds(cls: type, base: type, names: Collection[str]) -> bool:
+    """Does ``cls`` build its rounds with ``base``'s own methods ``names`` (none overridden)?
+    A policy's promises (``plan_round`` and the like) restate those methods: a subclass that
+    changes one of them has rounds the promises do not describe, so it gets no plan."""
+    return all(getattr(cls, m) is getattr(base, m) for m in names)
+
+
 def _arrival_key(r: Request) -> tuple[float, int]:
     return (r.arrival_time, r.request_id)
 

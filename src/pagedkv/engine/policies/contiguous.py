@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.request import Request
-from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput, keeps_rounds
 from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Reservation
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import KVAllocator
@@ -42,9 +42,7 @@ class ContiguousScheduler(Scheduler):
         super().__init__(config, kv)
         # Are the rounds those of this class's ``schedule``, which ``plan_round`` restates?
         cls = type(self)
-        self._rounds_mirrored = all(
-            getattr(cls, m) is getattr(ContiguousScheduler, m) for m in _MIRRORED
-        )
+        self._rounds_mirrored = keeps_rounds(cls, ContiguousScheduler, _MIRRORED)
         self.regions = kv if isinstance(kv, ContiguousAllocator) else None
         # The last refused head: (it, running count, its pending tokens, free slots then).
         self._refused: tuple[Request, int, int, int] | None = None

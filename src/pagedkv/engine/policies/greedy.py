@@ -18,7 +18,7 @@ import dataclasses
 
 from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.request import Request
-from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput, keeps_rounds
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import KVCacheManager
@@ -40,7 +40,7 @@ class GreedyNoPreemptScheduler(Scheduler):
         # Are the rounds this class's ``schedule``, which the promises restate? (A class is
         # fixed: read once.)
         cls = type(self)
-        self._mirrored = all(getattr(cls, m) is getattr(_Greedy, m) for m in _MIRRORED)
+        self._mirrored = keeps_rounds(cls, _Greedy, _MIRRORED)
 
     def _can_admit(self, req: Request, num_tokens: int) -> bool:
         return True  # the lesson tries the allocation itself and stops at the first failure

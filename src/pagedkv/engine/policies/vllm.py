@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from pagedkv.engine.config import PreemptionMode, SchedulerConfig
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import RoundPlan, Scheduler, SchedulerOutput, keeps_rounds
 from pagedkv.memory.config import CacheConfig
 from pagedkv.memory.interface import AllocStatus, KVAllocator
 from pagedkv.memory.manager import KVCacheManager
@@ -46,7 +46,7 @@ class VllmScheduler(Scheduler):
         # are the rounds those of this class's ``schedule``, which the promises restate? (A
         # subclass that changes how a round is built promises nothing.)
         cls = type(self)
-        self._rounds_mirrored = all(getattr(cls, m) is getattr(VllmScheduler, m) for m in _MIRRORED)
+        self._rounds_mirrored = keeps_rounds(cls, VllmScheduler, _MIRRORED)
         self._books_admits = cls._can_admit is cls.books_admission
         self._memory_admits = cls._can_admit is Scheduler._can_admit  # ``can_allocate`` alone
         self._groups_admit = self._memory_admits or (

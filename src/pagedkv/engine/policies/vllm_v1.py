@@ -43,7 +43,7 @@ from pagedkv.engine.config import SchedulerConfig, SchedulingPolicy
 from pagedkv.engine.policies.vllm_v1_plan import MIRRORED, V1PlanMixin
 from pagedkv.engine.policies.vllm_v1_queue import PriorityQueueMixin
 from pagedkv.engine.request import Request, RequestStatus
-from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput, keeps_rounds
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig, EvictionPolicy
 from pagedkv.memory.eviction import V1BlockPool
@@ -112,9 +112,7 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
         # Are the rounds this class's own, which the promises restate? (A subclass that
         # changes how a round is built, and states the promise itself, gets no plan.)
         cls = type(self)
-        self._rounds_mirrored = all(
-            getattr(cls, m) is getattr(VllmV1Scheduler, m) for m in MIRRORED
-        )
+        self._rounds_mirrored = keeps_rounds(cls, VllmV1Scheduler, MIRRORED)
 
     # ----- arrivals and completions -------------------------------------------------------
     def add_request(self, req: Request) -> bool:
