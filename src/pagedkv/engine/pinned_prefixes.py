@@ -103,16 +103,16 @@ def register_workload_prefixes(kv: KVCacheManager, specs: Iterable[RequestSpec])
         kv.register_prefix(label, ids)
 
 
-def pinned_setup(kv: KVCacheManager, cost: CostModel) -> PinnedSetup:
+def pinned_setup(kv: KVCacheManager, cost: CostModel | None) -> PinnedSetup:
     """The registered prefixes of ``kv``, and the cost model's time for one batched prefill of
-    all of them (nothing cached)."""
+    all of them (nothing cached; 0 without a cost model: a real executor)."""
     prefixes = kv.pinned_prefixes()
     shape = BatchShape.from_chunks((p.num_tokens, 0) for p in prefixes)
     return PinnedSetup(
         num_prefixes=len(prefixes),
         blocks=kv.num_pinned_blocks,
         tokens=sum(p.num_tokens for p in prefixes),
-        prefill_ticks=cost.step_ticks(shape) if prefixes else 0,
+        prefill_ticks=cost.step_ticks(shape) if prefixes and cost is not None else 0,
     )
 
 
@@ -134,13 +134,11 @@ def pinned_summary(engine: Engine) -> dict[str, Any]:
     if not isinstance(kv, KVCacheManager):
         return {"prefixes": 0, "blocks": 0, "tokens": 0, "prefill_time": 0.0, "hit_tokens": 0}
     executor = engine.executor
-    cost = executor.cost_model if isinstance(executor, SimExecutor) else None
-    setup = pinned_setup(kv, cost) if cost is not None else None
-    prefixes = kv.pinned_prefixes()
+    setup = pinned_setup(kv, executor.cost_model if isinstance(executor, SimExecutor) else None)
     return {
-        "prefixes": len(prefixes),
-        "blocks": kv.num_pinned_blocks,
-        "tokens": sum(p.num_tokens for p in prefixes),
-        "prefill_time": setup.prefill_time if setup is not None else 0.0,
+        "prefixes": setup.num_prefixes,
+        "blocks": setup.blocks,
+        "tokens": setup.tokens,
+        "prefill_time": setup.prefill_time,
         "hit_tokens": kv.stats.prefix_hit_tokens,
     }
