@@ -1,16 +1,10 @@
 """Explicit prefix sharing at engine build: find a workload's shared prefixes, register them
 with the memory manager (pinned blocks), and charge their prefill once.
 
-The prefixes are the workload's own: every request whose ``extra`` has a ``prefix_id`` other
-than ``private`` starts with that prefix's ``prefix_len`` token ids (``workloads/token_ids``),
-so the distinct ``prefix_id`` values, with those ids, are what gets registered (a chat's system
-prompt too, when it has one). A workload without the columns registers nothing and runs as
-without sharing.
-
-**Prefill accounting**: a registered prefix is computed once, before any request, as one
-batched prefill at t = 0 (one iteration of the cost model over every prefix, no cached tokens).
-The clock starts after it, so a request arriving at t = 0 waits for it, the makespan includes
-it, and its time is busy time with only the pins in memory. ``summary["pinned"]`` reports it.
+The prefixes are the workload's own: the distinct ``prefix_id`` values (other than ``private``)
+of its requests, each with its first ``prefix_len`` token ids (``workloads/token_ids``); a
+workload without the columns registers nothing. Their prefill is one batched prefill at t = 0,
+before any request: the clock starts after it (docs/sharing.md, "Explicit (pinned) prefixes").
 """
 
 from __future__ import annotations
