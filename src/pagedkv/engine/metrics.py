@@ -20,7 +20,7 @@ of two ints (correctly rounded), so equal totals give the very same floats.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -152,7 +152,3 @@ def summarize(
         "normalized_latency": _stats(e2e / outputs),
         "memory": memory,
     }
-
-
-def step_dict(step: StepRecord) -> dict[str, Any]:
-    return asdict(step)
