@@ -234,9 +234,6 @@ class RooflineCost(CostModel):
     * on the host, not overlapped: ``step_overhead_s`` per step and ``per_sequence_s`` per
       sequence (input preparation, sampling).
 
-    A swap of m blocks moves m x a block's bytes over PCIe and issues 2 x layers copies per
-    block (K and V of each layer), each paying ``swap_copy_overhead_s``.
-
     Sliding-window layers attend to at most their window: ``windowed_step_time`` takes their
     counts apart (``sliding.py``); ``step_time`` prices them as full layers, exact while no
     sequence is longer than the window.
@@ -333,10 +330,9 @@ class RooflineCost(CostModel):
         return to_seconds(self.windowed_step_ticks(shape, windowed))
 
     def swap_ticks(self, num_blocks: int) -> int:
-        """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads).
-
-        Each GPU swaps its own share of every block over its own link, in parallel.
-        """
+        """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads:
+        one copy of K and one of V per layer). Each GPU swaps its own share of every block over
+        its own link, in parallel."""
         return check_int("num_blocks", num_blocks, 0) * self._swap_per_block
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
