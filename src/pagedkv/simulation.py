@@ -23,7 +23,7 @@ from pagedkv.engine.config import SchedulerConfig
 from pagedkv.engine.cost_model import CostModel, RooflineConfig, RooflineCost, UnitCost
 from pagedkv.engine.engine import Engine
 from pagedkv.engine.executor import SimExecutor
-from pagedkv.engine.metrics import request_record, step_dict, summarize
+from pagedkv.engine.metrics import request_record, summarize
 from pagedkv.engine.pinned_prefixes import (
     account_prefill,
     check_policy,
@@ -629,7 +629,7 @@ def _simulate(
     return SimulationResult(
         config=config.to_flat(),
         summary=summary,
-        steps=[step_dict(s) for s in run.steps],
+        steps=[dataclasses.asdict(s) for s in run.steps],
         token_times=engine.token_times,
         requests=_records(run.requests),  # last: it empties the run's list
     )

@@ -164,17 +164,7 @@ class CrossingCost(CostModel):
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
         f, g = ((a + b * base.kv_read_tokens, b * delta.kv_read_tokens) for a, b in self.lines)
-        return WindowCurve(f, g, (0, 0))
-
-    def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
-        n = num_seqs
-        return self.curve(BatchShape(n, n, context + n, context + n), BatchShape.decode_growth(n))
-
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
-        return self.curve(base, delta).sums(k)
-
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
-        return self.curve(base, delta).steps_to_reach(duration)
+        return WindowCurve(*f, *g, 0, 0)
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,24 +7,16 @@ candidate is a *parent* sequence plus one token, so one step reorganises the gro
     parents     0       0       1       2           (new beams, best first)
     after    beam 0  fork(0)  beam 1  beam 2        beam 3 had no child: freed
 
-A beam with no child is freed; a beam with c > 1 children is forked c - 1 times
-(``kv.fork``: the children share every block of the history, and the shared partial last block
-is copied on its first write, by the allocator's copy-on-write). The memory manager stays the
-only bookkeeper: this module only decides who descends from whom, and asks it to fork and free.
+A beam with no child is freed; a beam with c > 1 children is forked c - 1 times (``kv.fork``:
+the children share every block of the history, the shared partial last block copied on its
+first write). The memory manager stays the only bookkeeper: this module only decides who
+descends from whom, and asks it to fork and free.
 
-Who chooses the parents:
-
-* the simulator: ``BeamModel``, a seeded survival model (nothing is computed, so the choice is
-  drawn): with probability ``stay`` a beam continues its own lineage, otherwise its parent is
-  drawn among the current beams with probability proportional to ``decay ** rank`` (rank 0 the
-  best), so good beams fork and bad ones die. The numbers in ``docs/sharing.md`` are measured
-  from it (``survival_stats``), not assumed.
-* a real executor: true beam search on the model's log-probs, which it hands over as the
-  request's ``pending`` candidates (``Candidate``: parent index, token, cumulative score); the
-  scheduler applies them when the group next runs, before it asks for slots.
-
-Randomness: one ``numpy.random.Generator`` per request, seeded from the run's seed and the
-request id, so a run is byte-identical whatever else runs beside it.
+The parents come from a real executor's beam search (its ``Candidate``s, the request's
+``pending``, applied when the group next runs) or, in a simulation, from ``BeamModel``, a
+seeded survival model (docs/sharing.md: the model, and the statistics ``survival_stats``
+measures of it). One ``numpy.random.Generator`` per request, seeded from the run's seed and
+the request id, so a run is byte-identical whatever else runs beside it.
 """
 
 from __future__ import annotations
@@ -55,17 +47,18 @@ class Candidate(NamedTuple):
 
 @dataclass(frozen=True)
 class BeamModel:
-    """The simulator's survival model (see the module docstring). Defaults: our choice, not
-    fitted to any trace; ``docs/sharing.md`` gives the survival statistics they produce."""
+    """The simulator's survival model: with probability ``stay`` a beam continues its own
+    lineage, otherwise its parent is drawn among the current beams with probability
+    proportional to ``decay ** rank`` (rank 0 the best), so good beams fork and bad ones die.
+    Defaults: our choice, not fitted to any trace (docs/sharing.md: what they produce)."""
 
     stay: float = 0.5
     decay: float = 0.5
 
     def __post_init__(self) -> None:
         for name, value in (("stay", self.stay), ("decay", self.decay)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(name, value, "must be a number in [0, 1] (decay: in (0, 1])")
-            if not 0.0 <= value <= 1.0 or (name == "decay" and value == 0.0):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not 0.0 <= value <= 1.0 or (name == "decay" and value == 0.0):
                 raise ConfigError(name, value, "must be a number in [0, 1] (decay: in (0, 1])")
 
     def parents(self, rng: np.random.Generator, current: int, width: int) -> list[int]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pagedkv.errors import ConfigError
 from pagedkv.models.gpus import GiB, GPUSpec
 from pagedkv.models.models import ModelSpec, check_tensor_parallel
-from pagedkv.validation import check_int
+from pagedkv.validation import check_float, check_int
 
 DEFAULT_ACTIVATION_RESERVE_BYTES = 128 * 2**20
 """Memory per GPU kept for activations, besides gpu_memory_utilization's 10% headroom.
@@ -85,10 +85,7 @@ def kv_capacity(
     weights and the reserve leave room for no block.
     """
     tp = check_tensor_parallel(model, tensor_parallel_size)
-    if isinstance(gpu_memory_utilization, bool) or not (
-        isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1
-    ):
-        raise ConfigError("gpu_memory_utilization", gpu_memory_utilization, "must be in (0, 1]")
+    check_float("gpu_memory_utilization", gpu_memory_utilization, 0.0, 1.0, lo_open=True)
     check_int("activation_reserve_bytes", activation_reserve_bytes, 0)
     check_int("block_size", block_size, 1)
     weights = math.ceil(model.weight_bytes / tp)

@@ -2,16 +2,11 @@
 
 Every step price, swap, arrival and time-weighted total is a Python int of ticks, so the
 reference loop's round-by-round sums and the fast path's closed-form series are the same
-integers, and both paths give byte-identical results. Floats appear only at the edges: a
-seconds value (a config's constant, an arrival time, a real executor's measured duration) is
-turned into ticks once, by ``to_ticks``; a tick count is read as seconds by ``to_seconds``.
-
-A tick is an attosecond. A per-pair or per-token cost of a small model on a fast GPU is
-~1e-12 s, and a coefficient is quantised once to the nearest tick, so the relative error of
-a step's price is at most 0.5 tick over its smallest nonzero coefficient: below 1e-9 for every
-built-in GPU x model (``tests/engine/test_clock.py``; femtoseconds would miss it by 3x on an
-OPT-13B prefill). Python ints are exact at any size; a clock of 10^6 s is 10^24 ticks, a few
-machine words.
+integers, and both paths give byte-identical results. Floats appear only at the edges: seconds
+become ticks once, where they enter (``to_ticks``), and ticks are read as seconds by
+``to_seconds``. A tick is an attosecond: fine enough that quantising a coefficient moves a
+step's price by under 1e-9 of it for every built-in GPU x model (``tests/engine/test_clock.py``;
+docs/architecture.md, "The clock is exact").
 """
 
 from __future__ import annotations

@@ -117,39 +117,24 @@ class SchedulerConfig:
             raise ConfigError(
                 "scheduler", self.scheduler, "must be one of " + ", ".join(sorted(SCHEDULERS))
             )
+        # The bounds let None pass ("unset"): these three have no unset value.
         check_int("max_num_seqs", self.max_num_seqs, 1)
         check_int("max_model_len", self.max_model_len, 1)
-        if self.max_num_batched_tokens is not None:
-            check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        object.__setattr__(
-            self,
-            "preemption_mode",
-            check_choice("preemption_mode", self.preemption_mode, PreemptionMode),
-        )
-        object.__setattr__(
-            self,
-            "group_preemption_mode",
-            check_choice("group_preemption_mode", self.group_preemption_mode, PreemptionMode),
-        )
-        check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
-        check_bool("scheduler_reserve_full_isl", self.scheduler_reserve_full_isl)
         check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        check_bool("async_scheduling", self.async_scheduling)
-        if self.max_num_scheduled_tokens is not None:
-            check_int("max_num_scheduled_tokens", self.max_num_scheduled_tokens, 1)
-        if self.max_num_active_seqs is not None:
-            check_int("max_num_active_seqs", self.max_num_active_seqs, 1)
-            if self.max_num_active_seqs > self.max_num_seqs:
-                raise ConfigError(
-                    "max_num_active_seqs",
-                    self.max_num_active_seqs,
-                    f"must be <= max_num_seqs ({self.max_num_seqs})",
-                )
-        object.__setattr__(
-            self,
-            "scheduling_policy",
-            check_choice("scheduling_policy", self.scheduling_policy, SchedulingPolicy),
-        )
+        for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl", "async_scheduling"):
+            check_bool(name, getattr(self, name))
+        for name, kind in (
+            ("preemption_mode", PreemptionMode),
+            ("group_preemption_mode", PreemptionMode),
+            ("scheduling_policy", SchedulingPolicy),
+        ):
+            object.__setattr__(self, name, check_choice(name, getattr(self, name), kind))
+        if self.max_num_active_seqs is not None and self.max_num_active_seqs > self.max_num_seqs:
+            raise ConfigError(
+                "max_num_active_seqs",
+                self.max_num_active_seqs,
+                f"must be <= max_num_seqs ({self.max_num_seqs})",
+            )
         # vllm-v1 always chunks, as vLLM's v1 scheduler does (kept once: token_budget is hot)
         chunked = self.enable_chunked_prefill or SCHEDULERS[self.scheduler].always_chunked
         object.__setattr__(self, "_chunked", chunked)

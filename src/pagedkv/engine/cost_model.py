@@ -1,20 +1,15 @@
 """Cost models: what one iteration of the serving loop costs, what a swap costs.
 
-A step is summarised by a ``BatchShape``. Two models: ``UnitCost`` (one second per step: the
-course lesson's step counts) and ``RooflineCost`` (seconds from a GPU x model roofline). Both
-give the simulator a closed-form fast-forward over k steps whose shapes grow linearly (a
-decode-only batch: each step every sequence's context grows by one): ``window`` sums the step
-times and ``steps_to_reach`` finds when a duration is used up, in O(1) and O(log k)
-evaluations.
-Recompute has no separate price: it is the prefill step that redoes the tokens.
+A step is summarised by a ``BatchShape`` (``batch_shape.py``). Two models: ``UnitCost`` (one
+second per step: the course lesson's step counts) and ``RooflineCost`` (seconds from a GPU x
+model roofline). Both give the fast-forward the step times of a window of decode rounds as
+integer lines (``windows.WindowCurve``), so its sums are closed forms. Recompute has no
+separate price: it is the prefill step that redoes the tokens.
 
 Prices are integer ticks (``clock.py``): each line's coefficients (per token, sequence, pair,
 K/V token read, and the constant) are quantised to ticks once, at construction, so a step's
 price is an exact integer and every window sum is an exact integer series. ``step_time`` and
 ``swap_time`` read them as seconds.
-
-``BatchShape`` is in ``batch_shape.py``; the window sums (``linear_window``, ``WindowCurve``,
-...) are in ``windows.py``.
 """
 
 from __future__ import annotations
@@ -24,13 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.clock import TICKS_PER_SECOND, to_seconds, to_ticks
-from pagedkv.engine.windows import (
-    StepCurve,
-    WindowCurve,
-    check_duration,
-    linear_window,
-    max_linear_window,
-)
+from pagedkv.engine.windows import StepCurve, WindowCurve
 from pagedkv.memory.config import MAX_BLOCK_SIZE
 from pagedkv.models.gpus import GPUSpec
 from pagedkv.models.models import ModelSpec, check_tensor_parallel
@@ -45,9 +34,9 @@ class CostModel(Protocol):
     unit model's step is one second). ``step_ticks``, ``swap_ticks``, the window sums, the
     curves' lines and ``steps_to_reach``'s duration are exact ints of ticks: a window's sums
     must equal adding its steps' ``step_ticks`` one by one (the fast path and the reference
-    loop then agree to the bit). ``step_time`` and ``swap_time`` are the same prices in
-    seconds, for readers (plans, experiments, fidelity); a class that subclasses the protocol
-    inherits them."""
+    loop then agree to the bit). A model defines ``step_ticks``, ``swap_ticks`` and ``curve``;
+    a class that subclasses the protocol inherits the rest (``decode_curve`` may be
+    overridden with a faster way to the same lines)."""
 
     def step_ticks(self, shape: BatchShape) -> int:
         """Duration of one step, in ticks."""
@@ -56,6 +45,10 @@ class CostModel(Protocol):
     def swap_ticks(self, num_blocks: int) -> int:
         """Duration of moving ``num_blocks`` blocks between GPU and CPU (one direction), in
         ticks."""
+        ...
+
+    def curve(self, base: BatchShape, delta: BatchShape) -> StepCurve:
+        """The window's step-time lines, for many cheap prefix sums (fast-forward)."""
         ...
 
     def step_time(self, shape: BatchShape) -> float:
@@ -68,25 +61,18 @@ class CostModel(Protocol):
 
     def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
         """(sum of d_i, sum of i * d_i) over steps i = 0..k-1 (ticks), in closed form."""
-        ...
+        return self.curve(base, delta).sums(check_int("k", k, 0))
 
     def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
         """The smallest k >= 0 with sum_{i<k} d_i >= duration (ticks)."""
-        ...
-
-    def curve(self, base: BatchShape, delta: BatchShape) -> StepCurve:
-        """The window's step-time lines, for many cheap prefix sums (fast-forward)."""
-        ...
+        return self.curve(base, delta).steps_to_reach(duration)
 
     def decode_curve(self, num_seqs: int, context: int) -> StepCurve:
         """``curve`` of decode rounds of ``num_seqs`` sequences that hold ``context`` tokens
         in all: base ``BatchShape(n, n, context + n, context + n)``, delta
-        ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window; the same
-        integers as ``curve``, without building the shapes)."""
-        ...
-
-
-_SECOND = TICKS_PER_SECOND
+        ``BatchShape.decode_growth(n)`` (the fast-forward's one kind of window)."""
+        n, read = num_seqs, context + num_seqs
+        return self.curve(BatchShape(n, n, read, read), BatchShape.decode_growth(n))
 
 
 class UnitCost(CostModel):
@@ -94,24 +80,20 @@ class UnitCost(CostModel):
     iterations."""
 
     def step_ticks(self, shape: BatchShape) -> int:
-        return _SECOND
+        return TICKS_PER_SECOND
 
     def swap_ticks(self, num_blocks: int) -> int:
         check_int("num_blocks", num_blocks, 0)
         return 0
 
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
-        check_int("k", k, 0)
-        return k * _SECOND, k * (k - 1) // 2 * _SECOND
-
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
-        return max(0, -(-check_duration(duration) // _SECOND))
-
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
-        return WindowCurve((0, 0), (0, 0), (_SECOND, 0))
+        return _UNIT_CURVE
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
-        return WindowCurve((0, 0), (0, 0), (_SECOND, 0))
+        return _UNIT_CURVE  # (one curve for every window: it is never changed)
+
+
+_UNIT_CURVE = WindowCurve(0, 0, 0, 0, TICKS_PER_SECOND, 0)
 
 
 MAX_SECONDS = 3600.0
@@ -251,17 +233,12 @@ class RooflineCost(CostModel):
       gathered; every expert, as a batch of a few tokens already routes to most of them)
       + K/V per token per GPU x (kv_read_tokens + num_tokens written), in the KV cache dtype;
     * the paged kernel's per-block cost on the memory side: ``paged_block_overhead`` x the
-      time to read a 16-token block, per K/V block read; a sequence of c tokens touches
-      ceil(c / B) blocks, on average c / B + (B - 1) / (2B) over where its last block is cut
-      (``expected_blocks``), so the term is linear in kv_read_tokens and num_seqs and every
-      window keeps its closed form (the shape holds totals, not each sequence's length);
+      time to read a 16-token block, per K/V block read, averaged over where each sequence's
+      last block is cut (``expected_blocks``): linear in the counts (docs/clock.md);
     * with tp > 1: two ring all-reduces of num_tokens x hidden per layer, each moving
       2 (tp-1)/tp of its bytes over the GPU link, plus a fixed latency, not overlapped;
     * on the host, not overlapped: ``step_overhead_s`` per step and ``per_sequence_s`` per
       sequence (input preparation, sampling).
-
-    A swap of m blocks moves m x a block's bytes over PCIe and issues 2 x layers copies per
-    block (K and V of each layer), each paying ``swap_copy_overhead_s``.
 
     Sliding-window layers attend to at most their window: ``windowed_step_time`` takes their
     counts apart (``sliding.py``); ``step_time`` prices them as full layers, exact while no
@@ -359,26 +336,15 @@ class RooflineCost(CostModel):
         return to_seconds(self.windowed_step_ticks(shape, windowed))
 
     def swap_ticks(self, num_blocks: int) -> int:
-        """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads).
-
-        Each GPU swaps its own share of every block over its own link, in parallel.
-        """
+        """Blocks x (a block's bytes on one GPU / effective PCIe + 2 x layers copy overheads:
+        one copy of K and one of V per layer). Each GPU swaps its own share of every block over
+        its own link, in parallel."""
         return check_int("num_blocks", num_blocks, 0) * self._swap_per_block
-
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
-        check_int("k", k, 0)
-        c, m, e = self._compute, self._memory, self._extra
-        peak = max_linear_window((c.at(base), c.slope(delta)), (m.at(base), m.slope(delta)), k)
-        extra = linear_window(e.at(base), e.slope(delta), 0, k)
-        return peak[0] + extra[0], peak[1] + extra[1]
-
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
-        return self.curve(base, delta).steps_to_reach(duration)
 
     def curve(self, base: BatchShape, delta: BatchShape) -> WindowCurve:
         c, m, e = self._compute, self._memory, self._extra
         return WindowCurve(
-            (c.at(base), c.slope(delta)), (m.at(base), m.slope(delta)), (e.at(base), e.slope(delta))
+            c.at(base), c.slope(delta), m.at(base), m.slope(delta), e.at(base), e.slope(delta)
         )
 
     def decode_curve(self, num_seqs: int, context: int) -> WindowCurve:
@@ -386,7 +352,7 @@ class RooflineCost(CostModel):
         # slope(BatchShape(0, 0, n, n)) of each line (exact integers: any order).
         n, read = num_seqs, context + num_seqs
         per_seq, per_pair, mem, mem_seq, per_read, extra, extra_seq = self._decode_terms
-        return WindowCurve.of(
+        return WindowCurve(
             per_seq * n + per_pair * read,
             per_pair * n,
             mem + mem_seq * n + per_read * read,

@@ -49,12 +49,17 @@ class Executor(Protocol):
     def execute(self, batch: SchedulerOutput) -> StepResult: ...
 
 
-def batch_shape(batch: SchedulerOutput) -> BatchShape:
-    """The cost model's view of a batch: new and cached tokens per scheduled sequence (a
-    forked group's chunk stands for each of its sequences)."""
-    return BatchShape.from_chunks(
+def sequence_chunks(batch: SchedulerOutput) -> list[tuple[int, int]]:
+    """(new, cached tokens) per scheduled sequence (a forked group's chunk stands for each of
+    its sequences)."""
+    return [
         (c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks for _ in c.request.seq_ids
-    )
+    ]
+
+
+def batch_shape(batch: SchedulerOutput) -> BatchShape:
+    """The cost model's view of a batch: its ``sequence_chunks``."""
+    return BatchShape.from_chunks(sequence_chunks(batch))
 
 
 class SimExecutor:
@@ -63,8 +68,12 @@ class SimExecutor:
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
 
+    def step_ticks(self, batch: SchedulerOutput) -> int:
+        """The step's price, swaps aside."""
+        return self.cost_model.step_ticks(batch_shape(batch))
+
     def execute(self, batch: SchedulerOutput) -> StepResult:
-        ticks = self.cost_model.step_ticks(batch_shape(batch))
+        ticks = self.step_ticks(batch)
         swapped = len(batch.swap_out) + len(batch.swap_in)
         if swapped:
             ticks += self.cost_model.swap_ticks(swapped)

@@ -20,7 +20,7 @@ of two ints (correctly rounded), so equal totals give the very same floats.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -121,14 +121,16 @@ def summarize(
     e2e = finish - arrival
     several = outputs > 1
     tpot = (finish[several] - first[several]) / (outputs[several] - 1)
-    whole = totals.busy_time * capacity  # the integral of C over the busy time
-    shares = {name: (totals.weighted[name] / whole if whole else 0.0) for name in CATEGORIES}
+    # The integral of C over the busy time; where it is 0 so is every integral (0 / 1 = 0.0).
+    whole = totals.busy_time * capacity or 1
+    shares = {name: totals.weighted[name] / whole for name in CATEGORIES}
     allocated = shares["token_states"] + shares["reservation"] + shares["internal_fragmentation"]
     memory: dict[str, float | None] = dict(shares)
     memory["token_utilization"] = shares["token_states"] / allocated if allocated else None
     memory["pool_occupancy"] = allocated
-    memory["allocator_rounding"] = totals.weighted_rounding / whole if whole else 0.0
+    memory["allocator_rounding"] = totals.weighted_rounding / whole
     output_tokens = int(outputs.sum())
+    iterations = totals.iterations or 1  # no iteration: the sums are 0 too
     return {
         "num_requests": len(requests),
         "finished": len(done),
@@ -138,10 +140,8 @@ def summarize(
         "request_throughput": len(done) / sim_time if sim_time else 0.0,
         "output_token_throughput": output_tokens / sim_time if sim_time else 0.0,
         "max_running": totals.max_running,
-        "mean_running": totals.sum_running / totals.iterations if totals.iterations else 0.0,
-        "mean_batch_size": totals.sum_batched_seqs / totals.iterations
-        if totals.iterations
-        else 0.0,
+        "mean_running": totals.sum_running / iterations,
+        "mean_batch_size": totals.sum_batched_seqs / iterations,
         "preemptions": totals.preemptions,
         "swap_outs": totals.swap_outs,
         "swapped_blocks": totals.swapped_blocks,
@@ -152,7 +152,3 @@ def summarize(
         "normalized_latency": _stats(e2e / outputs),
         "memory": memory,
     }
-
-
-def step_dict(step: StepRecord) -> dict[str, Any]:
-    return asdict(step)

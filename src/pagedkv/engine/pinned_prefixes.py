@@ -1,16 +1,10 @@
 """Explicit prefix sharing at engine build: find a workload's shared prefixes, register them
 with the memory manager (pinned blocks), and charge their prefill once.
 
-The prefixes are the workload's own: every request whose ``extra`` has a ``prefix_id`` other
-than ``private`` starts with that prefix's ``prefix_len`` token ids (``workloads/token_ids``),
-so the distinct ``prefix_id`` values, with those ids, are what gets registered (a chat's system
-prompt too, when it has one). A workload without the columns registers nothing and runs as
-without sharing.
-
-**Prefill accounting**: a registered prefix is computed once, before any request, as one
-batched prefill at t = 0 (one iteration of the cost model over every prefix, no cached tokens).
-The clock starts after it, so a request arriving at t = 0 waits for it, the makespan includes
-it, and its time is busy time with only the pins in memory. ``summary["pinned"]`` reports it.
+The prefixes are the workload's own: the distinct ``prefix_id`` values (other than ``private``)
+of its requests, each with its first ``prefix_len`` token ids (``workloads/token_ids``); a
+workload without the columns registers nothing. Their prefill is one batched prefill at t = 0,
+before any request: the clock starts after it (docs/sharing.md, "Explicit (pinned) prefixes").
 """
 
 from __future__ import annotations
@@ -103,16 +97,16 @@ def register_workload_prefixes(kv: KVCacheManager, specs: Iterable[RequestSpec])
         kv.register_prefix(label, ids)
 
 
-def pinned_setup(kv: KVCacheManager, cost: CostModel) -> PinnedSetup:
+def pinned_setup(kv: KVCacheManager, cost: CostModel | None) -> PinnedSetup:
     """The registered prefixes of ``kv``, and the cost model's time for one batched prefill of
-    all of them (nothing cached)."""
+    all of them (nothing cached; 0 without a cost model: a real executor)."""
     prefixes = kv.pinned_prefixes()
     shape = BatchShape.from_chunks((p.num_tokens, 0) for p in prefixes)
     return PinnedSetup(
         num_prefixes=len(prefixes),
         blocks=kv.num_pinned_blocks,
         tokens=sum(p.num_tokens for p in prefixes),
-        prefill_ticks=cost.step_ticks(shape) if prefixes else 0,
+        prefill_ticks=cost.step_ticks(shape) if prefixes and cost is not None else 0,
     )
 
 
@@ -134,13 +128,11 @@ def pinned_summary(engine: Engine) -> dict[str, Any]:
     if not isinstance(kv, KVCacheManager):
         return {"prefixes": 0, "blocks": 0, "tokens": 0, "prefill_time": 0.0, "hit_tokens": 0}
     executor = engine.executor
-    cost = executor.cost_model if isinstance(executor, SimExecutor) else None
-    setup = pinned_setup(kv, cost) if cost is not None else None
-    prefixes = kv.pinned_prefixes()
+    setup = pinned_setup(kv, executor.cost_model if isinstance(executor, SimExecutor) else None)
     return {
-        "prefixes": len(prefixes),
-        "blocks": kv.num_pinned_blocks,
-        "tokens": sum(p.num_tokens for p in prefixes),
-        "prefill_time": setup.prefill_time if setup is not None else 0.0,
+        "prefixes": setup.num_prefixes,
+        "blocks": setup.blocks,
+        "tokens": setup.tokens,
+        "prefill_time": setup.prefill_time,
         "hit_tokens": kv.stats.prefix_hit_tokens,
     }

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pagedkv.engine.batch_shape import BatchShape
 from pagedkv.engine.cost_model import RooflineCost
-from pagedkv.engine.executor import SimExecutor, StepResult
+from pagedkv.engine.executor import SimExecutor, sequence_chunks
 from pagedkv.engine.scheduler import SchedulerOutput
 from pagedkv.models.models import ModelSpec
 from pagedkv.validation import check_int
@@ -59,14 +59,7 @@ class WindowedExecutor(SimExecutor):
         self.roofline = cost_model
         self.window = check_int("sliding_window", window, 1)
 
-    def execute(self, batch: SchedulerOutput) -> StepResult:
-        chunks = [
-            (c.num_new_tokens, c.num_cached_tokens) for c in batch.chunks for _ in c.request.seq_ids
-        ]
-        ticks = self.roofline.windowed_step_ticks(
-            BatchShape.from_chunks(chunks), windowed_shape(chunks, self.window)
-        )
-        swapped = len(batch.swap_out) + len(batch.swap_in)
-        if swapped:
-            ticks += self.roofline.swap_ticks(swapped)
-        return StepResult(ticks)
+    def step_ticks(self, batch: SchedulerOutput) -> int:
+        chunks = sequence_chunks(batch)
+        shape = BatchShape.from_chunks(chunks)
+        return self.roofline.windowed_step_ticks(shape, windowed_shape(chunks, self.window))

@@ -1,10 +1,10 @@
 """Window math: closed-form sums of step times that grow linearly over a window of steps.
 
 A decode-only batch grows by one token per sequence each step, so each roofline term is linear
-in the step index i; the step time is the max of two such lines plus a third. ``linear_window``
-and ``max_linear_window`` sum these in O(1), ``search_steps`` finds when a duration is used up in
-O(log k) sums, and ``WindowCurve`` keeps one window's lines for the fast-forward's many prefix
-sums. Pure arithmetic, kept apart from the cost models (``cost_model.py``) that build the lines.
+in the step index j; the step time is the max of two such lines plus a third. ``WindowCurve``
+keeps one window's lines so that the fast-forward's many prefix sums (``sums``, ``totals``) and
+the step where a duration is used up (``reach``) cost a few integer operations each. Pure
+arithmetic, kept apart from the cost models (``cost_model.py``) that build the lines.
 
 Step times are integer ticks (``clock.py``) and every line has integer coefficients, so every
 sum here is an exact integer series: the same integers as adding the steps one by one.
@@ -13,7 +13,6 @@ sum here is an exact integer series: the same integers as adding the steps one b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Protocol
 
 from pagedkv.errors import ConfigError
@@ -40,63 +39,11 @@ def check_duration(duration: int) -> int:
     raise ConfigError("duration", duration, "must be an integer number of ticks")
 
 
-def search_steps(total: Callable[[int], int], duration: int) -> int:
-    """Smallest k >= 0 with total(k) >= duration, for a nondecreasing total with total(0) = 0.
-
-    Exponential search for an upper bound, then bisection: O(log k) calls of ``total``.
-    """
-    if check_duration(duration) <= 0:
-        return 0
-    lo, hi = 0, 1  # invariant: total(lo) < duration
-    while total(hi) < duration:
-        lo, hi = hi, 2 * hi
-        if hi > 2**100:  # (one-tick steps for 1.3e12 s: more than any clock holds)
-            raise ConfigError("duration", duration, "is never reached: the steps cost nothing")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if total(mid) >= duration else (mid, hi)
-    return hi
-
-
-def _power_sums(lo: int, hi: int) -> tuple[int, int, int]:
-    """(count, sum of i, sum of i^2) over i in [lo, hi), exactly."""
+def linear_window(a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
+    """(sum of a + b*i, sum of i * (a + b*i)) over i in [lo, hi), exactly."""
     s1 = (hi * (hi - 1) - lo * (lo - 1)) // 2
     s2 = ((hi - 1) * hi * (2 * hi - 1) - (lo - 1) * lo * (2 * lo - 1)) // 6
-    return hi - lo, s1, s2
-
-
-def linear_window(a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
-    """(sum of a + b*i, sum of i * (a + b*i)) over i in [lo, hi)."""
-    n, s1, s2 = _power_sums(lo, hi)
-    return n * a + b * s1, a * s1 + b * s2
-
-
-def max_linear_window(f: tuple[int, int], g: tuple[int, int], k: int) -> tuple[int, int]:
-    """The window sums of max(f0 + f1*i, g0 + g1*i) over i in [0, k).
-
-    The difference of two linear functions changes sign at most once, so the range splits into
-    at most two pieces, each a linear window.
-    """
-    if k <= 0:
-        return 0, 0
-    d0, d1 = f[0] - g[0], f[1] - g[1]
-
-    def f_wins(i: int) -> bool:
-        return d0 + d1 * i >= 0
-
-    first = f_wins(0)
-    split = k
-    if f_wins(k - 1) != first:  # one switch, in (0, k-1]: estimate it, then settle rounding
-        root = -d0 / d1
-        split = min(max(math.floor(root) + 1 if first else math.ceil(root), 1), k - 1)
-        while split > 1 and f_wins(split - 1) != first:
-            split -= 1
-        while split < k and f_wins(split) == first:
-            split += 1
-    a, b = (f, g) if first else (g, f)
-    head = linear_window(a[0], a[1], 0, split)
-    tail = linear_window(b[0], b[1], split, k)
-    return head[0] + tail[0], head[1] + tail[1]
+    return (hi - lo) * a + b * s1, a * s1 + b * s2
 
 
 class WindowCurve:
@@ -112,15 +59,7 @@ class WindowCurve:
     tail: tuple[int, int]
     split: int | None
 
-    def __init__(self, f: tuple[int, int], g: tuple[int, int], e: tuple[int, int]) -> None:
-        curve = WindowCurve.of(f[0], f[1], g[0], g[1], e[0], e[1])
-        self.head, self.tail, self.split = curve.head, curve.tail, curve.split
-
-    @classmethod
-    def of(cls, f0: int, f1: int, g0: int, g1: int, e0: int, e1: int) -> WindowCurve:
-        """``WindowCurve((f0, f1), (g0, g1), (e0, e1))`` without the tuples (the decode
-        cohort builds one per window)."""
-        curve = object.__new__(cls)
+    def __init__(self, f0: int, f1: int, g0: int, g1: int, e0: int, e1: int) -> None:
         d0, d1 = f0 - g0, f1 - g1
         first = d0 >= 0  # f wins at j = 0 (ties go to f)
         split: int | None = None  # the first j where the other line wins; None: never
@@ -134,11 +73,10 @@ class WindowCurve:
                 s += 1
             split = s
         if first:
-            curve.head, curve.tail = (f0 + e0, f1 + e1), (g0 + e0, g1 + e1)
+            self.head, self.tail = (f0 + e0, f1 + e1), (g0 + e0, g1 + e1)
         else:
-            curve.head, curve.tail = (g0 + e0, g1 + e1), (f0 + e0, f1 + e1)
-        curve.split = split
-        return curve
+            self.head, self.tail = (g0 + e0, g1 + e1), (f0 + e0, f1 + e1)
+        self.split = split
 
     def sums(self, k: int) -> tuple[int, int]:
         """(sum of d_j, sum of j * d_j) over j in [0, k)."""
@@ -170,15 +108,15 @@ class WindowCurve:
         return out
 
     def steps_to_reach(self, duration: int) -> int:
-        """Smallest k >= 0 with sum_{j<k} d_j >= duration.
-
-        The sum is a quadratic in k on each of the (at most two) pieces: solve it, then settle
-        the rounding with exact sums, so the answer is the one a search would give.
-        """
+        """Smallest k >= 0 with sum_{j<k} d_j >= duration."""
         return self.reach(duration)[0]
 
     def reach(self, duration: int) -> tuple[int, tuple[int, int]]:
-        """``steps_to_reach(duration)`` and its ``sums`` (the fast-forward needs both)."""
+        """``steps_to_reach(duration)`` and its ``sums`` (the fast-forward needs both).
+
+        The sum is a quadratic in k on each of the (at most two) pieces: solve it, then settle
+        the rounding with exact sums, so the answer is the smallest k, as a search would give.
+        """
         if type(duration) is not int:
             check_duration(duration)
         if duration <= 0:
