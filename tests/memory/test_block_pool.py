@@ -188,9 +188,10 @@ bulk_ops = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(bulk_ops, st.booleans())
 def test_bulk_steps_are_the_single_steps(ops: list[tuple[str, int]], caching: bool) -> None:
-    """Differential: ``allocate_many``, ``release`` and ``cache_many`` (one loop each) leave a
-    pool exactly as ``allocate``, ``decref`` and ``cache_block`` one at a time do, evictions,
-    the free queue's order and double frees included."""
+    """Differential: ``allocate_many``, ``release`` and ``cache_many`` (one loop each; and
+    ``cache_new`` where every pair is new) leave a pool exactly as ``allocate``, ``decref`` and
+    ``cache_block`` one at a time do, evictions, the free queue's order and double frees
+    included; ``hits`` walks a chain as ``lookup`` of each key to the first miss."""
     bulk, single = BlockPool(8, enable_caching=caching), BlockPool(8, enable_caching=caching)
     held: list[int] = []
     made = 0
@@ -216,7 +217,11 @@ def test_bulk_steps_are_the_single_steps(ops: list[tuple[str, int]], caching: bo
             blocks = held[-n:] if n else []
             keys = [bytes([(b * 3 + made) % 5]) * 32 for b in blocks]
             made += 1
-            bulk.cache_many(blocks, keys)
+            fresh = len(set(keys)) == len(keys) and not bulk.any_cached(keys)
+            if fresh and all(bulk.block_hash[b] is None for b in blocks):
+                bulk.cache_new(blocks, keys)  # (its callers' case: every pair registers)
+            else:
+                bulk.cache_many(blocks, keys)
             for block, key in zip(blocks, keys, strict=True):
                 single.cache_block(block, key)
         else:  # a hit revives a free cached block
@@ -224,6 +229,9 @@ def test_bulk_steps_are_the_single_steps(ops: list[tuple[str, int]], caching: bo
             hit = bulk.lookup(key)
             assert hit == single.lookup(key)
             assert bulk.any_cached([key, b"x" * 32]) == (hit is not None)
+            chain = [bytes([k % 5]) * 32 for k in range(n, n + 3)]
+            walk = [single.lookup(k) for k in chain]
+            assert bulk.hits(chain) == [*walk, None][: [*walk, None].index(None)]
             if hit is not None:
                 bulk.incref(hit)
                 single.incref(hit)

@@ -176,6 +176,17 @@ class BlockPool:
                 cache[key] = block
                 hashes[block] = key
 
+    def cache_new(self, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
+        """``cache_many`` of keys no block holds, none twice, on blocks that hold none (the
+        caller knows): each registers, so the map takes them in one piece. Every policy's
+        ``cache_block`` registers such a pair as the base's does."""
+        if not self.enable_caching:
+            return
+        self._cache.update(zip(keys, blocks, strict=True))
+        hashes = self.block_hash
+        for block, key in zip(blocks, keys, strict=True):
+            hashes[block] = key
+
     def _cache_each(self, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
         """``cache_many`` as ``cache_block`` of each pair (a policy that changes it)."""
         for block, key in zip(blocks, keys, strict=True):
@@ -193,6 +204,17 @@ class BlockPool:
     def lookup(self, key: BlockHash) -> int | None:
         """The block cached under ``key``, if any (no side effect)."""
         return self._cache.get(key)
+
+    def hits(self, keys: Iterable[BlockHash]) -> list[int]:
+        """The blocks cached under ``keys``, up to the first not cached (``lookup`` of each)."""
+        get = self._cache.get
+        blocks = []
+        for key in keys:
+            block = get(key)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
 
     def any_cached(self, keys: Iterable[BlockHash]) -> bool:
         """Is any of ``keys`` cached (``lookup`` not None for one)? In C, no side effect."""

@@ -241,8 +241,8 @@ class KeyedGrowthMixin:
         bs, seqs, buckets = self.block_size, growth.seqs, self._buckets
         if d - m >= bs:
             residues: Iterable[int] = range(bs)
-        else:  # buckets (i - 1) % bs and i % bs for i in m+1 .. d
-            residues = {r % bs for r in range(m, d + 1)}
+        else:  # buckets (i - 1) % bs and i % bs for i in m+1 .. d (fewer than bs: distinct)
+            residues = [r % bs for r in range(m, d + 1)]
         lost = self._lost
         # (round, order, n, seq_id) of each new block: n (a count) keeps the sort stable on
         # equal (round, order) without comparing sequence ids
@@ -255,43 +255,39 @@ class KeyedGrowthMixin:
             bucket = buckets[c]
             if not bucket:
                 continue
+            # this bucket's first fill round (congruent to c) and first start (c + 1) after m
+            fill_at = m + 1 + (c - m - 1) % bs
+            start_at = m + 1 + (c - m) % bs
             for seq_id, order in bucket.items():
                 join, tokens, room, owed, _, end, _ = seqs[seq_id]
-                lo = m + 1 - join  # its rounds in the window: x = lo .. hi
-                if lo < 1:
-                    lo = 1
-                hi = (d if end < 0 or end > d else end) - join
-                if hi < lo:
-                    continue
-                # blocks it starts: x = room + 1 + q bs (q < owed); fills: x = room + q bs;
-                # q0 = max(0, ceil((lo - room - 1) / bs)), f0 = max(room < 1, ceil(...))
-                t = lo - room - 1
-                q0 = -(-t // bs) if t > 0 else 0
-                q1 = (hi - room - 1) // bs
-                if owed >= 0 and q1 >= owed:
-                    q1 = owed - 1
-                f0 = -(-(t + 1) // bs) if t >= 0 else (0 if room >= 1 else 1)
-                f1 = (hi - room) // bs
-                if q1 < q0 and f1 < f0:
+                hi = d if end < 0 or end > d else end  # its last round in the window
+                # its starts: rounds a + 1 + q bs (q < owed), fills: a + q bs (after join),
+                # a = join + room; those in the window: lo_s .. hi_s, lo_f .. hi, step bs
+                a = join + room
+                lo_s = a + 1 if a >= start_at else start_at
+                hi_s = hi if owed < 0 or a + 1 + (owed - 1) * bs > hi else a + 1 + (owed - 1) * bs
+                lo_f = (a if room else a + bs) if a >= fill_at else fill_at
+                if lo_s > hi_s and lo_f > hi:
                     continue
                 if seq_id in lost:
                     return False
                 table = tables[seq_id]
-                if q1 >= q0:
-                    first = join + room + 1
-                    if q1 == q0:
-                        takes.append((first + q0 * bs, order, len(takes), seq_id))
+                if lo_s <= hi_s:
+                    if lo_s + bs > hi_s:
+                        takes.append((lo_s, order, len(takes), seq_id))
                     else:
-                        n = len(takes) - q0
-                        takes += [(first + q * bs, order, n + q, seq_id) for q in range(q0, q1 + 1)]
-                if f1 >= f0 and table.tokens_known:
+                        n = len(takes)
+                        rounds = range(lo_s, hi_s + 1, bs)
+                        takes += [(i, order, n + q, seq_id) for q, i in enumerate(rounds)]
+                if lo_f <= hi and table.tokens_known:
                     hashes = table.block_hashes
                     j0 = len(hashes)
-                    n = (tokens + room + f1 * bs) // bs - j0  # blocks full after its last fill
+                    # blocks full after its last fill in the window
+                    n = (tokens + lo_f + (hi - lo_f) // bs * bs - join) // bs - j0
                     ids = table.token_ids
                     if j0 and type(ids) is TokenRuns:  # (keys_of's usual case, inlined)
-                        last = ids.runs[-1]
-                        first = last.start + j0 * bs - (len(ids) - len(last))
+                        last = ids._runs[-1]  # (the attributes: no call per grower)
+                        first = last.start + j0 * bs - (ids._len - len(last))
                         if first >= last.start:
                             head = hashes[-1]
                             for start in range(first, first + n * bs, bs):
@@ -320,23 +316,22 @@ class KeyedGrowthMixin:
             growth.choose(len(takes))
         if new_keys:  # each key's block: its table's, or one chosen for it (in order)
             filled: list[int] = []
-            ahead = self._ahead
+            owners: list[SeqId] = []  # each filled block's grower
             i = 0
             for seq_id, table, j0, n in keyed:
                 blocks = table.blocks
                 j = j0 - len(blocks)
                 if j >= 0:  # (the usual case: all in blocks chosen for it)
-                    got = chosen[seq_id][j : j + n]
+                    filled += chosen[seq_id][j : j + n]
                 elif j + n <= 0:
-                    got = blocks[j0 : j0 + n]
+                    filled += blocks[j0 : j0 + n]
                 else:
-                    got = (blocks + chosen[seq_id])[j0 : j0 + n]
-                for block in got:
-                    ahead[block] = seq_id
-                filled += got
+                    filled += (blocks + chosen[seq_id])[j0 : j0 + n]
+                owners += [seq_id] * n
                 table.block_hashes += new_keys[i : i + n]
                 i += n
-            pool.cache_many(filled, new_keys)
+            self._ahead.update(zip(filled, owners, strict=True))
+            pool.cache_new(filled, new_keys)
             self._stale.update([k[0] for k in keyed])
         return True
 
@@ -363,8 +358,8 @@ class KeyedGrowthMixin:
                 table.blocks += blocks
                 counts[seq_id] = len(blocks)
             join, tokens = seqs[seq_id][:2]
-            for j in range(tokens // bs, len(table.block_hashes)):
-                del ahead[table.blocks[j]]
+            for block in table.blocks[tokens // bs : len(table.block_hashes)]:
+                del ahead[block]
             table.num_tokens = tokens + (at - join)
             lag += at - join
             grown.append((seq_id, table, tokens))
@@ -489,8 +484,8 @@ class KeyedGrowthMixin:
                 tails.untrack(seq_id, table)
                 table.blocks += blocks
                 if ahead:
-                    for j in range(table.num_tokens // bs, len(table.block_hashes)):
-                        ahead.pop(table.blocks[j], None)
+                    for block in table.blocks[table.num_tokens // bs : len(table.block_hashes)]:
+                        ahead.pop(block, None)
                 table.num_tokens += lag
                 self._token_slots += lag
                 tails.track(seq_id, table)

@@ -389,7 +389,6 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         bs = self.block_size
         n = (len(token_ids) - 1) // bs
         salt = _to_salt(cache_salt)
-        blocks: list[int] = []
         lookup = self.gpu.lookup
         # runs by their ranges, a tuple as itself (ints never equal ranges): hashed in C
         keys: Sequence[BlockHash] | None = self._memo_keys(token_ids, n, salt)
@@ -400,11 +399,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
                 if lookup(key) is None:
                     break
                 keys.append(key)
-        for key in keys:
-            block = lookup(key)
-            if block is None:
-                break
-            blocks.append(block)
+        blocks = self.gpu.hits(keys)
         if self._ahead and blocks:  # a grower's block, keyed ahead of its table: it takes it
             self._settle_ahead(blocks)
         return PrefixHit(tuple(blocks), len(blocks) * bs, tuple(keys[: len(blocks)]))
@@ -453,9 +448,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         if not keys or not table.tokens_known or full <= start:
             return
         use = keys[start:full]
-        cache, blocks = self.gpu.cache_block, table.blocks
-        for j, key in enumerate(use, start):
-            cache(blocks[j], key)
+        self.gpu.cache_many(table.blocks[start : start + len(use)], use)
         table.block_hashes += use
 
     def growth_may_hit(

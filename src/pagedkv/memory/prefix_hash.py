@@ -145,7 +145,7 @@ def keys_of(
         return keys
     bs = block_size
     head = _root(salt) if parent is None else parent
-    sha, code, append = _sha256, _run_code, keys.append
+    sha, append = _sha256, keys.append
     if type(token_ids) is not TokenRuns:
         for j in range(j0, j1):
             head = sha(head + block_code(token_ids[j * bs : (j + 1) * bs])).digest()
@@ -165,12 +165,15 @@ def keys_of(
             continue
         while j < j1 and (j + 1) * bs <= end:
             lo = j * bs
-            if lo >= pos:  # within this run: consecutive, from its bounds
-                head = sha(head + code(b"R", r.start + lo - pos, bs)).digest()
+            if lo >= pos:  # within this run: consecutive, from its bounds (all up to its end)
+                n = min(j1, end // bs) - j
+                keys += run_keys(head, r.start + lo - pos, n, bs)
+                head = keys[-1]
+                j += n
             else:  # it straddles runs: its ids
                 head = sha(head + block_code(token_ids[lo : lo + bs])).digest()
-            append(head)
-            j += 1
+                append(head)
+                j += 1
         if j >= j1:
             break
         pos = end
