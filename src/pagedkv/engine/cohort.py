@@ -156,6 +156,7 @@ class Cohort:
         # runs only once that has happened or while no request has ids (an arrival with the
         # first ends it).
         self.ids = engine.scheduler.has_token_ids
+        self.holds = engine.scheduler.plans_every_event  # (a finished request's blocks too)
         self.by_seq: dict[object, Request] = {}  # (keyed: a member by its sequence)
         # Groups that sampled their first token and fork in their next decode round (a round
         # of its own: ``_fork``); with chunked prefill that round is schedule's (``unforked``:
@@ -272,15 +273,14 @@ class Cohort:
                         if plan is None:
                             return
                     replan = False
-                    if not plan.decodes:
-                        self._admission(plan.admitted)
+                    admitted, decodes, resumes, chunked = plan
+                    if not decodes:
+                        self._admission(admitted)
                         plan, replan = None, True
                         continue
                     if keyed and waiting and self._growth_may_hit():
                         return  # (the engine steps until the key is made)
-                    resume = plan.resumes
-                    mixed = plan.chunked
-                    plan = None
+                    resume, mixed, plan = resumes, chunked, None
                     waiting = bool(queued or swapped)
             while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
                 heapq.heappop(finishes)  # a member preempted since
@@ -475,7 +475,7 @@ class Cohort:
         # its blocks until the next round's schedule; it stops growing.
         if self.regions is not None:
             self.regions.stop_growing([s for req in group for s in req.seq_ids])
-        elif self.engine.scheduler.plans_every_event:
+        elif self.holds:
             self.paged.stop_growing([s for req in group for s in req.seq_ids])
         if self.engine.check_integrity:
             self._check()
@@ -675,7 +675,8 @@ class Cohort:
         self.admitted_seqs += len(chunks)
         eng.apply(batch, duration)
         if len(chunks) == 1:  # (one arrival: no comprehension)
-            joined = [chunks[0].request] if chunks[0].request.status is _RUNNING else []
+            req = chunks[0][0]
+            joined = [req] if req.status is _RUNNING else []
         else:
             joined = [c.request for c in chunks if c.request.status is _RUNNING]
         if joined:  # (one not finished by its prefill)
@@ -690,7 +691,8 @@ class Cohort:
         prompt lengths repeat (a long run prices each length once)."""
         chunks = batch.chunks  # one sequence each (a group's prompt is one until it forks)
         if len(chunks) == 1:  # one arrival (the usual case): its pair is the key
-            pair = (chunks[0].num_new_tokens, chunks[0].num_cached_tokens)
+            _, new, cached = chunks[0]
+            pair = (new, cached)
             duration = self.prices.get(pair)
             if duration is None:
                 shape = BatchShape.from_chunks((pair,))

@@ -259,11 +259,10 @@ class Engine:
         end = start + duration  # (ticks: read as seconds only where a time is set)
         stamp = self.token_times is not None
         finished: list[Request] = []
-        for chunk in batch.chunks:
-            req = chunk.request
+        for req, new, _ in batch.chunks:
             if req.admitted_time is None:
                 req.admitted_time = to_seconds(start)
-            computed = req.num_computed_tokens + chunk.num_new_tokens
+            computed = req.num_computed_tokens + new
             req.num_computed_tokens = computed
             outputs = req.num_output_tokens
             if computed == req.prompt_len + outputs:  # caught up (``num_tokens``): sample one
@@ -299,7 +298,7 @@ class Engine:
             times.append(self.ledger.now)
 
     def finish(self, finished: list[Request]) -> None:
-        now = self.ledger.now
+        now = to_seconds(self.ledger.ticks)  # (``Ledger.now``)
         sched_finish, cap = self.scheduler.finish, self.cap
         for req in finished:
             for done in sched_finish(req):

@@ -18,7 +18,7 @@ import abc
 import bisect
 from collections import deque
 from collections.abc import Collection, Container, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from pagedkv.engine.beam import reorganise
@@ -52,17 +52,28 @@ class ScheduledChunk(NamedTuple):
     num_cached_tokens: int
 
 
-@dataclass
+@dataclass(init=False, slots=True)
 class SchedulerOutput:
-    """What one iteration runs, and the memory operations the executor performs first."""
+    """What one iteration runs, and the memory operations the executor performs first.
+    (Its ``__init__`` by hand: a dataclass's calls a factory per field, and the decode cohort
+    makes one at nearly every event.)"""
 
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    copies: list[BlockCopy | SlotCopy] = field(default_factory=list)
-    swap_out: list[SwapMapping] = field(default_factory=list)
-    swap_in: list[SwapMapping] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
+    chunks: list[ScheduledChunk]
+    copies: list[BlockCopy | SlotCopy]
+    swap_out: list[SwapMapping]
+    swap_in: list[SwapMapping]
+    preempted: list[Request]
     # Requests whose memory the round's schedule freed (vllm-v1's async finishes, a round late)
-    released: list[Request] = field(default_factory=list)
+    released: list[Request]
+
+    def __init__(
+        self,
+        chunks: list[ScheduledChunk] | None = None,
+        swap_out: list[SwapMapping] | None = None,
+    ) -> None:
+        self.chunks = [] if chunks is None else chunks
+        self.copies, self.swap_in, self.preempted, self.released = [], [], [], []
+        self.swap_out = [] if swap_out is None else swap_out
 
     @property
     def num_tokens(self) -> int:

@@ -27,6 +27,8 @@ from pagedkv.memory.config import CacheConfig, ContiguousConfig, Placement, Rese
 from pagedkv.memory.contiguous import ContiguousAllocator
 from pagedkv.memory.interface import KVAllocator
 
+_new = tuple.__new__  # a NamedTuple's own constructor is Python code (a plan per event)
+
 
 class ContiguousScheduler(Scheduler):
     """Admit while a region can be placed; decode everything running."""
@@ -84,17 +86,17 @@ class ContiguousScheduler(Scheduler):
             return None
         out = SchedulerOutput()
         if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
-            return RoundPlan(out, True, chunked=True)
+            return _new(RoundPlan, (out, True, False, True))
         if not self.waiting:
-            return RoundPlan(out, True)
+            return _new(RoundPlan, (out, True, False, False))
         head = self.waiting[0]
         state = (len(self.running), head.num_pending_tokens, regions.num_free_slots)
         refused = self._refused
         if refused is not None and refused[0] is head and refused[1:] == state:
-            return RoundPlan(out, True)
+            return _new(RoundPlan, (out, True, False, False))
         self._admit_waiting(out, self.config.token_budget, chunked=False)
         self._refused = None if out.chunks else (head, *state)
-        return RoundPlan(out, not out.chunks)
+        return _new(RoundPlan, (out, not out.chunks, False, False))
 
     def fill(
         self,

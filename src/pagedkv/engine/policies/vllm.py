@@ -116,9 +116,9 @@ class VllmScheduler(Scheduler):
             if self.config.enable_chunked_prefill:  # decodes first, then ``fill``'s part
                 if not self._books_admits:
                     return None
-                return RoundPlan(SchedulerOutput(), True, chunked=True)
+                return _new(RoundPlan, (SchedulerOutput(), True, False, True))
             if self.swapped:  # no admission: a decode, then resumptions while they fit
-                return RoundPlan(SchedulerOutput(), True, True)
+                return _new(RoundPlan, (SchedulerOutput(), True, True, False))
             return None  # (an admission test of its own)
         out = SchedulerOutput()
         if not self.waiting:
