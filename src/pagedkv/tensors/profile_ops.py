@@ -82,7 +82,7 @@ class Timer:
     next would slow a few by the whole drift and bend the fitted curves. The lead run: a real
     step follows a step of its own kind (its code, buffers and allocator warm), where a point
     in a pass follows another term's largest (a 2048-token prefill evicts the small decode's
-    working set: tiny-llama's whole decode of one sequence timed after one measured 1.5-2x
+    working set: tiny-llama's whole decode of one sequence timed after one measured about twice
     what it costs after its own kind, and its ``layer_residual`` at one token was +185 us a
     layer against +40 at two); ``flush`` then evicts its weights as the other layers do. The
     lead runs double a pass's time beside what ``budget_s`` counts (the timed runs)."""
@@ -401,30 +401,19 @@ class OperatorBench:
         return lambda: [(shape, p.value) for shape, p in out]
 
     def rates(self) -> Callable[[], dict[str, float]]:
-        """The roofline's rates, timed in passes of their own once the others are done: a
-        pass's 128 MiB of streaming would leave the point after it in the shared passes with
-        every cache cold (tiny-llama's decode of one sequence measured twice what it costs
-        after another step)."""
         c = self.config
         src = torch.ones(16 * 2**20, dtype=torch.float32, device=self.device)  # 64 MiB
         dst = torch.empty_like(src)
-        t = self.timer
-        timer = Timer(t.clock, t.per_point_s * 3, t.per_point_s, t.tick, t.flush)
-        read = timer(src.sum, "rates")
-        copy = timer(lambda: dst.copy_(src), "rates")
+        read = self.timer(src.sum, "rates")
+        copy = self.timer(lambda: dst.copy_(src), "rates")
         a, b = self.randn(64, c.hidden_size), self.randn(c.hidden_size, c.intermediate_size)
-        matmul = timer(lambda: a @ b, "rates")
+        matmul = self.timer(lambda: a @ b, "rates")
         flop = 2 * 64 * c.hidden_size * c.intermediate_size
-
-        def fit() -> dict[str, float]:
-            timer.run()
-            return {
-                "matmul_flops": flop / matmul.value,
-                "read_bandwidth": src.numel() * 4 / read.value,
-                "copy_bandwidth": src.numel() * 4 / copy.value,
-            }
-
-        return fit
+        return lambda: {
+            "matmul_flops": flop / matmul.value,
+            "read_bandwidth": src.numel() * 4 / read.value,
+            "copy_bandwidth": src.numel() * 4 / copy.value,
+        }
 
 
 def whole_step_tokens(cfg: ProfileConfig, max_len: int) -> tuple[list[int], list[int]]:
