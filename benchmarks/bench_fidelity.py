@@ -21,7 +21,8 @@ operators' sum alone) on the same runs; and ``replay``, the simulator with every
 taking what the real run measured for its shape (the median): what one shape's spread of
 measured times does to the TTFT and TPOT through the schedule, which no cost model removes.
 One torch thread, timed with this thread's CPU time (other processes do not count), each real
-step the median of ``--repeats`` timings.
+step the median of ``--repeats`` timings. A second table gives each step kind's signed error
+(``by_kind``: decode, prefill, recompute, swap, copies) beside the same of the second real run.
 
 A shared machine's speed also drifts between the profile's runs and the evaluated ones (other
 processes contend for the caches and memory, which this thread's CPU time does not hide), so
@@ -78,6 +79,48 @@ def _operators(o: dict[str, Any] | None) -> str:
     return f"{e['median']:.0%}/{e['p90']:.0%}, {o['ttft_error']:+.1%}"
 
 
+def step_kind(step: dict[str, Any]) -> str:
+    """A real step's kind (``fidelity``'s ``steps`` records): what it runs beyond its batch."""
+    if step["swap_in"] or step["swap_out"]:
+        return "swap"
+    if step["copies"]:
+        return "copies"
+    if step["recomputes"]:
+        return "recompute"
+    return "prefill" if any(n > 1 for n, _ in step["chunks"]) else "decode"
+
+
+def by_kind(steps: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per step kind: how many, the signed median of profiled / measured - 1, and of the second
+    real run's time against the first over the steps both ran alike (the floor; None where
+    none did): a kind priced off by more than its floor, one way, is the model's."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for step in steps:
+        groups.setdefault(step_kind(step), []).append(step)
+    out: dict[str, dict[str, Any]] = {}
+    for kind, group in sorted(groups.items()):
+        again = [
+            x["measured_again_s"] / x["measured_s"] - 1 for x in group if "measured_again_s" in x
+        ]
+        out[kind] = {
+            "steps": len(group),
+            "signed_median": statistics.median(
+                x["profiled_s"] / x["measured_s"] - 1 for x in group
+            ),
+            "floor_signed_median": statistics.median(again) if again else None,
+        }
+    return out
+
+
+def _kinds_text(groups: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for kind, g in groups.items():
+        floor = g["floor_signed_median"]
+        text = f"{kind} {g['steps']}: {g['signed_median']:+.1%}"
+        parts.append(text if floor is None else f"{text} ({floor:+.1%})")
+    return ", ".join(parts)
+
+
 def drift_shapes() -> list[BatchShape]:
     """The steps the two profiles of a model are compared on (module docstring)."""
     decode = [BatchShape.decode(s, c) for s in range(1, 17) for c in (64, 128, 256, 512)]
@@ -105,6 +148,9 @@ def main() -> None:
         table.add_column(col, justify="right")
     table.add_column("operators' sum: step med/p90, TTFT", justify="right")
     table.add_column("replay: TTFT, TPOT", justify="right")
+    kinds = Table(title="signed error by step kind: profiled / real - 1 (real again / real - 1)")
+    for col in ("model", "workload", "bs", "steps: signed median (floor)"):
+        kinds.add_column(col)
     results: list[dict[str, Any]] = []
     drift: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +182,17 @@ def main() -> None:
                         )
                     )
                     p, r, n = run["summary"], run["roofline"], run["noise"]
-                    results.append({"model": model, "workload": name, "block_size": bs, **run})
+                    groups = by_kind(run["steps"])
+                    results.append(
+                        {
+                            "model": model,
+                            "workload": name,
+                            "block_size": bs,
+                            **run,
+                            "by_kind": groups,
+                        }
+                    )
+                    kinds.add_row(model, name, str(bs), _kinds_text(groups))
 
                     def pair(key: str, p: Any = p, r: Any = r, n: Any = n) -> str:
                         return f"{p[key]:+.1%} | {r[key]:+.1%} | {n[key]:+.1%}"
@@ -167,6 +223,7 @@ def main() -> None:
             rel = [abs(second.step_time(x) / first.step_time(x) - 1) for x in drift_shapes()]
             drift[model] = {"median": statistics.median(rel), "max": max(rel)}
     console.print(table)
+    console.print(kinds)
     for model, d in drift.items():
         console.print(
             f"{model}: profile vs profile (drift) median {d['median']:.1%}, max {d['max']:.1%}"

@@ -59,14 +59,34 @@ def test_a_slow_spell_shorter_than_a_pass_moves_no_median(
 
 def test_the_passes_fill_the_budget_and_a_costly_point_runs_once() -> None:
     clock = DriftingClock(range(0), 1.0)
-    timer = Timer(clock, 1.0, per_point_s=0.05, tick=lambda total: None, flush=lambda: None)
-    cheap = [timer(lambda: clock.run(0.01), "a") for _ in range(10)]
+    cost = 2.0**-7  # binary fractions: the float clock's sums are exact
+    timer = Timer(clock, 100 * cost, per_point_s=0.05, tick=lambda total: None, flush=lambda: None)
+    cheap = [timer(lambda: clock.run(cost), "a") for _ in range(10)]
     costly = timer(lambda: clock.run(0.5), "b")
     passes = timer.run()
-    assert passes == 10  # 1 s over the cheap points' 0.1 s a pass
+    assert passes == 10  # the budget over the cheap points' timed 10 x cost a pass
     assert [len(p.samples) for p in cheap] == [10] * 10
     assert costly.samples == [0.5]  # its warm-up spent its share: its only timing
     assert timer.spreads()["b"] == {"runs": [1], "spread": [0.0]}
+
+
+def test_each_timing_follows_a_lead_run_of_its_point_then_the_flush() -> None:
+    """A real step follows a step of its own kind: every timed run comes after an untimed run
+    of the same point and then the flush (the warm-up pass: the flush alone)."""
+    events: list[str] = []
+    now = [0.0]
+
+    def run(name: str, cost: float) -> None:
+        events.append(name)
+        now[0] += cost
+
+    timer = Timer(lambda: now[0], 1.0, 10.0, lambda total: None, lambda: events.append("flush"))
+    a = timer(lambda: run("a", 0.1), "t")
+    timer(lambda: run("b", 0.2), "t")
+    assert timer.run() == 3  # 1 s over the timed 0.3 s a pass
+    assert events[:4] == ["flush", "a", "flush", "b"]
+    assert events[4:] == ["a", "flush", "a", "b", "flush", "b"] * 3
+    assert a.samples == pytest.approx([0.1] * 3)  # the lead runs are not timed
 
 
 def test_each_point_runs_its_own_shape() -> None:

@@ -178,6 +178,8 @@ def test_fidelity_reports_the_noise_floor_of_a_second_real_run(tiny_profile: Pat
     assert noise["step_error"]["p90"] >= noise["step_error"]["median"] >= 0
     assert run["real_again"]["iterations"] == run["real"]["iterations"]
     assert all(isinstance(noise[k], float) for k in FIDELITY_KEYS)
+    # every step ran alike, so each step record has the second run's time beside its own
+    assert all(x["measured_again_s"] > 0 for x in run["steps"])
 
 
 @pytest.mark.parametrize(

@@ -259,15 +259,25 @@ def fidelity(cfg: FidelityConfig) -> dict[str, Any]:
     out["replay_sim"] = _metrics(engine)
     out["replay"] = _errors(real, out["replay_sim"], real_steps, recorder.steps, None)
     out["replay"]["replayed_steps"] = replay.replayed
-    out["steps"] = _step_records(real_recorder, costs["profiled"])
+    again_steps = runs[2][1].steps if cfg.noise_floor else []
+    out["steps"] = _step_records(real_recorder, costs["profiled"], again_steps)
     return out
 
 
-def _step_records(recorded: Recorder, cost: CostModel) -> list[dict[str, Any]]:
+def _step_records(recorded: Recorder, cost: CostModel, again: list[Any]) -> list[dict[str, Any]]:
     """Each real step: its ``step_detail``, measured seconds and the profile's price (swaps
-    included), so its signed error can be grouped by kind and shape."""
+    included), so its signed error can be grouped by kind and shape; and, over the leading
+    steps the second real run (``again``) ran alike, that run's time (``measured_again_s``:
+    the floor of the same grouping)."""
     out = []
-    for (shape, swapped, measured), detail in zip(recorded.steps, recorded.detail, strict=True):
+    alike = True
+    for i, ((shape, swapped, measured), detail) in enumerate(
+        zip(recorded.steps, recorded.detail, strict=True)
+    ):
         predicted = cost.step_time(shape) + (cost.swap_time(swapped) if swapped else 0.0)
-        out.append({**detail, "measured_s": measured, "profiled_s": predicted})
+        record = {**detail, "measured_s": measured, "profiled_s": predicted}
+        alike = alike and i < len(again) and again[i][:2] == (shape, swapped)
+        if alike:
+            record["measured_again_s"] = again[i][2]
+        out.append(record)
     return out

@@ -27,8 +27,10 @@ dtype, on ``cpu`` or ``cuda`` (``torch.cuda.synchronize`` around every timing th
    tokens; the roofline's per-step
    overhead is the mean of measured - roofline on the same steps.
 
-Points 1-6 are timed together (``profile_ops.Timer``): a warm-up pass over all of them, then
-round-robin passes (3 to 25, as many as ``budget_s`` holds), each point's median over the
+Points 1-4 and 6 are timed together (``profile_ops.Timer``; the rates, whose streaming would
+leave the next point cold, in passes of their own after them): a warm-up pass over all of them,
+then round-robin passes (3 to 25, as many as ``budget_s`` holds), each timing after an untimed
+lead run of its point, each point's median over the
 passes; so a minute in which the machine runs slow slows every point a little instead of a
 few points by all of it. Each point's spread over the passes is recorded (``timing``). On a
 CPU with one thread the clock is this thread's CPU time (other processes on a shared machine
