@@ -156,13 +156,6 @@ class ProfiledCost(CostModel):
         return self._swap_fixed + self._swap_per_block * m
 
     # ----- windows ------------------------------------------------------------------------------
-    def window(self, base: BatchShape, delta: BatchShape, k: int) -> tuple[int, int]:
-        check_int("k", k, 0)
-        return self.curve(base, delta).sums(k)
-
-    def steps_to_reach(self, base: BatchShape, delta: BatchShape, duration: int) -> int:
-        return self.curve(base, delta).steps_to_reach(duration)
-
     def curve(self, base: BatchShape, delta: BatchShape) -> SegmentCurve:
         """The window's step times, base + j delta: the curves' arguments grow linearly."""
         t0, s0, p0, r0 = base.as_tuple()
