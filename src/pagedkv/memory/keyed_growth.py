@@ -286,8 +286,8 @@ class KeyedGrowthMixin:
                     n = (tokens + lo_f + (hi - lo_f) // bs * bs - join) // bs - j0
                     ids = table.token_ids
                     if j0 and type(ids) is TokenRuns:  # (keys_of's usual case, inlined)
-                        last = ids._runs[-1]  # (the attributes: no call per grower)
-                        first = last.start + j0 * bs - (ids._len - len(last))
+                        last = ids.runs[-1]
+                        first = last.start + j0 * bs - (len(ids) - len(last))
                         if first >= last.start:
                             head = hashes[-1]
                             for start in range(first, first + n * bs, bs):
