@@ -1,6 +1,8 @@
 """The real runs ``profile`` and ``fidelity`` share: ``Repeated`` times a step again without
 changing what it computes (differential against a single run, token for token), reports the
-median of its timings, and runs a step that swaps or copies blocks once."""
+median of its timings, and times a step that swaps or copies blocks as often, its cache put back
+between the runs (differential: a preempting run with swaps, repeated, computes what one run
+does)."""
 
 from __future__ import annotations
 
@@ -51,20 +53,29 @@ def test_repeated_steps_compute_what_one_run_computes(
     preemption: str, blocks: int, chunked: bool
 ) -> None:
     once = _run(1, preemption, blocks, chunked)
-    if preemption == "swap":  # the memory binds: some steps swap (and run once)
+    if preemption == "swap":  # the memory binds: some steps swap (each rerun from a snapshot)
         assert any(swapped for _, swapped in once[1])
     assert _run(3, preemption, blocks, chunked) == once
 
 
 class _Counting:
-    """A fake executor whose step i of a batch takes the next of ``durations``."""
+    """A fake executor whose step i of a batch takes the next of ``durations``; its cache's
+    one block gains 1 at every swap, which ``Repeated`` must undo before a run after the first."""
 
     def __init__(self, durations: list[float]) -> None:
+        from pagedkv.tensors.kv_cache import PagedKVCache
+
         self.durations = itertools.cycle(durations)
         self.calls = 0
+        self.cache = PagedKVCache(1, 1, 1, 1, 1, num_cpu_blocks=1)
+        self.seen: list[float] = []  # the block's value as each run found it
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
         self.calls += 1
+        block = self.cache.k_caches[0]
+        self.seen.append(float(block.sum()))
+        if batch.swap_out:
+            block += 1
         return StepResult.measured(next(self.durations), {self.calls: 0})
 
 
@@ -83,14 +94,13 @@ def test_repeated_reports_the_median_and_the_first_result(
     result = Repeated(inner, len(durations)).execute(batch)
     assert result.sampled == {1: 0}  # the first run's result
     ticks = [to_ticks(d) for d in durations]  # each measured duration, rounded once
-    if swaps:  # its copies are not rerun
-        assert inner.calls == 1
-        assert result.ticks == ticks[0]
-    else:
-        assert inner.calls == len(durations)
-        # a median: at most half of the runs on either side of it
-        assert sum(t < result.ticks for t in ticks) <= len(ticks) // 2
-        assert sum(t > result.ticks for t in ticks) <= len(ticks) // 2
+    assert inner.calls == len(durations)  # a step that swaps is timed as often
+    # a median: at most half of the runs on either side of it
+    assert sum(t < result.ticks for t in ticks) <= len(ticks) // 2
+    assert sum(t > result.ticks for t in ticks) <= len(ticks) // 2
+    # every run of a swapping step found the cache as the first did; one run's change is kept
+    assert inner.seen == [0.0] * len(durations)
+    assert float(inner.cache.k_caches[0].sum()) == (1.0 if swaps else 0.0)
 
 
 def _sim_engine(executor: Any, seed: int, rate: float, bs: int, swap: bool, prefix: bool) -> Any:

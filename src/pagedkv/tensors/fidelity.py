@@ -33,7 +33,8 @@ the profile's price: the per-step errors, to group by kind and shape.
 ``layer_residual``, ``operators`` for the profile without it (the operators' sum alone): what
 the whole-step term changes, on the same runs.
 
-Each real step is timed ``repeats`` times, its median its duration (``Repeated``). With
+Each real step is timed ``repeats`` times, its median its duration (``Repeated``; a step
+that swaps or copies blocks runs each time from its cache as it was). With
 ``noise_floor`` the real workload runs a second time and ``noise`` holds the same errors of
 that run against the first (the step error over the steps both ran alike, in order): what the
 measurement itself does not repeat, the floor under every figure above.

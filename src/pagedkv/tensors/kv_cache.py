@@ -219,6 +219,20 @@ class PagedKVCache:
             (*self.k_caches, *self.v_caches), (*self.cpu_k_caches, *self.cpu_v_caches), strict=True
         )
 
+    def snapshot(self) -> list[torch.Tensor]:
+        """A copy of every pool (device and CPU, K and V), for ``restore``."""
+        return [t.clone() for t in self._tensors]
+
+    def restore(self, snapshot: list[torch.Tensor]) -> None:
+        """Put back what ``snapshot`` copied, in place: the pools keep their storage (a kernel
+        reading them by address reads the restored values)."""
+        for tensor, saved in zip(self._tensors, snapshot, strict=True):
+            tensor.copy_(saved)
+
+    @property
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return (*self.k_caches, *self.v_caches, *self.cpu_k_caches, *self.cpu_v_caches)
+
     def copy_blocks(self, copies: Iterable[BlockCopy]) -> None:
         """Copy-on-write: copy device block ``src`` into device block ``dst``, in every layer.
         All copies read the blocks as they were before any of them (a gather, then a scatter)."""

@@ -93,8 +93,9 @@ class FidelityConfig:
     seed: int = help_field(1, "Seed of the weights and the workload.")
     repeats: int = help_field(
         3,
-        "Timings of each real step, the median its duration (>= 1; a step that swaps or copies "
-        "blocks runs once: its copies are not idempotent).",
+        "Timings of each real step, the median its duration (>= 1; before a step that swaps or "
+        "copies blocks runs again, the KV cache is put back as it was: its copies are not "
+        "idempotent).",
     )
     noise_floor: bool = help_field(
         False,

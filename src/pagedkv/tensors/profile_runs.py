@@ -63,18 +63,27 @@ def step_detail(batch: SchedulerOutput) -> dict[str, Any]:
 class Repeated:
     """Wraps a ``TorchExecutor``: runs each step ``repeats`` times and reports the median time
     (the result of the first run). Running a step again recomputes what it wrote (the same K/V
-    into the same slots, the same seeded samples), so only steps that swap or copy blocks,
-    whose copies may read what another copy of the step wrote, run once."""
+    into the same slots, the same seeded samples). A step that swaps or copies blocks is not
+    idempotent (a copy may read a block the step overwrote since), so before its first run the
+    cache is copied aside (``PagedKVCache.snapshot``, outside the timed step) and put back before
+    each run after: every run starts from the same state, and every step, swaps too, is timed
+    as often (a step timed once would carry a cold start its neighbours' medians do not)."""
 
     def __init__(self, inner: Any, repeats: int) -> None:
         self.inner, self.repeats = inner, repeats
 
     def execute(self, batch: SchedulerOutput) -> StepResult:
+        saved = None
+        if self.repeats > 1 and (batch.swap_in or batch.swap_out or batch.copies):
+            saved = self.inner.cache.snapshot()
         result: StepResult = self.inner.execute(batch)
-        if self.repeats == 1 or batch.swap_in or batch.swap_out or batch.copies:
+        if self.repeats == 1:
             return result
         times = [result.ticks]
-        times += [self.inner.execute(batch).ticks for _ in range(self.repeats - 1)]
+        for _ in range(self.repeats - 1):
+            if saved is not None:
+                self.inner.cache.restore(saved)
+            times.append(self.inner.execute(batch).ticks)
         return dataclasses.replace(result, ticks=median_ticks(times))
 
 
