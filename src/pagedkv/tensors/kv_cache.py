@@ -220,8 +220,9 @@ class PagedKVCache:
         )
 
     def snapshot(self) -> list[torch.Tensor]:
-        """A copy of every pool (device and CPU, K and V), for ``restore``."""
-        return [t.clone() for t in self._tensors]
+        """A copy of every pool (device and CPU, K and V), for ``restore``; held in host memory,
+        so a GPU's cache need not fit on it twice."""
+        return [t.to("cpu", copy=True) for t in self._tensors]
 
     def restore(self, snapshot: list[torch.Tensor]) -> None:
         """Put back what ``snapshot`` copied, in place: the pools keep their storage (a kernel
