@@ -38,7 +38,7 @@ from pagedkv.workloads.config import (
     WorkloadConfig,
     WorkloadKind,
 )
-from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.spec import RequestSpec, columns_pass
 from pagedkv.workloads.synthetic import (
     ALPACA_LIKE,
     SHAREGPT_LIKE,
@@ -128,13 +128,21 @@ def shared_prefix_workload(config: WorkloadConfig) -> list[RequestSpec]:
     prompts = prefix_len + np.minimum(np.asarray(suffixes), max_len - 1 - prefix_len)
     finals = prompts + np.minimum(np.asarray(outputs), max_len - prompts)
     check_ids("num_requests", n, int(finals.sum()))  # before any id is made
+    prompt_lens: list[int] = prompts.tolist()
+    output_lens: list[int] = (finals - prompts).tolist()
+    # Lengths and times checked in bulk, ids made to the lengths: each spec checked once.
+    make = (
+        RequestSpec.checked_already
+        if columns_pass(prompt_lens, output_lens, times)
+        else RequestSpec
+    )
+    extras: dict[str, tuple[tuple[str, str], ...]] = {}  # one tuple per label, shared
     specs = []
     for r in range(n):
-        suffix = min(suffixes[r], max_len - 1 - prefix_len)
-        prompt = prefix_len + suffix
-        output = min(outputs[r], max_len - prompt)
+        prompt, output = prompt_lens[r], output_lens[r]
         if shares[r]:
             k = int(chosen[r])
+            suffix = prompt - prefix_len
             ids = prefix_ids(k, prefix_len) + own_ids(r, 0, suffix)
             out_ids = own_ids(r, suffix, output)
             label = str(k)
@@ -142,13 +150,16 @@ def shared_prefix_workload(config: WorkloadConfig) -> list[RequestSpec]:
             ids = own_ids(r, 0, prompt)
             out_ids = own_ids(r, prompt, output)
             label = PRIVATE
+        extra = extras.get(label)
+        if extra is None:
+            extra = extras[label] = (("prefix_id", label), ("prefix_len", str(prefix_len)))
         specs.append(
-            RequestSpec(
+            make(
                 request_id=r,
                 prompt_len=prompt,
                 output_len=output,
                 arrival_time=times[r],
-                extra=(("prefix_id", label), ("prefix_len", str(prefix_len))),
+                extra=extra,
                 token_ids=ids,
                 output_token_ids=out_ids,
             )

@@ -119,19 +119,22 @@ class RequestSpec:
         arrival_time: float,
         extra: tuple[tuple[str, str], ...] = (),
         priority: int = 0,
+        token_ids: TokenIds | None = None,
+        output_token_ids: TokenIds | None = None,
     ) -> RequestSpec:
         """The spec of these fields (the others at their defaults) without checking them
-        again: only for values that provably pass ``__post_init__`` (``columns_pass``), or
-        that come from a spec that did (its ``extra`` and ``priority``), so each request of a
-        workload is checked once. Equal to ``RequestSpec(...)`` of the same values."""
+        again: only for values that provably pass ``__post_init__`` (``columns_pass``; ids
+        made to the lengths by ``workloads.token_ids``), or that come from a spec that did
+        (its ``extra`` and ``priority``), so each request of a workload is checked once.
+        Equal to ``RequestSpec(...)`` of the same values."""
         spec = object.__new__(cls)
         _set(spec, "request_id", request_id)
         _set(spec, "prompt_len", prompt_len)
         _set(spec, "output_len", output_len)
         _set(spec, "arrival_time", arrival_time)
         _set(spec, "extra", extra)
-        _set(spec, "token_ids", None)
-        _set(spec, "output_token_ids", None)
+        _set(spec, "token_ids", token_ids)
+        _set(spec, "output_token_ids", output_token_ids)
         _set(spec, "parent_id", None)
         _set(spec, "think_time", 0.0)
         _set(spec, "n", 1)
