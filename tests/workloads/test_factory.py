@@ -311,3 +311,38 @@ def test_a_request_is_made_once_and_checked_once(
         RequestSpec(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}) for r in requests
     ]
     assert again == requests
+
+
+_KINDS: dict[str, dict[str, Any]] = {
+    "sharegpt-like": {},
+    "shared-prefix": {"prefix_len": 30, "num_prefixes": 3, "share_ratio": 0.5},
+    "translation": {},
+    "random": {"random_input_len": 60, "random_output_len": 20, "random_prefix_len": 10},
+    "chat": {"num_sessions": 6, "chat_turns": 3},
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_KINDS)),
+    max_model_len=st.integers(90, 400),
+    arrival=st.sampled_from([None, "poisson"]),
+    seed=st.integers(0, 50),
+)
+def test_each_spec_is_the_one_the_checks_make(
+    kind: str, max_model_len: int, arrival: str | None, seed: int
+) -> None:
+    """A workload may make its specs without checking each again (lengths checked in bulk,
+    ids made to the lengths): every spec is the one RequestSpec's own checks pass and make,
+    field types included."""
+    fields: dict[str, Any] = {"kind": kind, "max_model_len": max_model_len, "seed": seed}
+    fields |= _KINDS[kind] | ({} if kind == "chat" else {"num_requests": 25})
+    if arrival is not None:
+        fields |= {"arrival": arrival, "request_rate": 3.0}
+    for spec in make_workload(WorkloadConfig(**fields)):
+        values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+        checked = RequestSpec(**values)
+        assert checked == spec
+        assert [type(v) for v in values.values()] == [
+            type(getattr(checked, name)) for name in values
+        ]

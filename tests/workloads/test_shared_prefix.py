@@ -72,43 +72,6 @@ def test_ids_share_exactly_the_prefix(
         assert len(set(r.token_ids + r.output_token_ids)) == r.final_len  # no id repeats
 
 
-@settings(max_examples=30, deadline=None)
-@given(
-    kind=st.sampled_from(["shared-prefix", "translation"]),
-    k=st.integers(1, 4),
-    ratio=st.sampled_from([0.0, 0.5, 1.0]),
-    prefix_len=st.integers(1, 60),
-    max_model_len=st.integers(90, 400),
-    arrival=st.sampled_from([None, "poisson"]),
-    seed=st.integers(0, 50),
-)
-def test_each_spec_is_the_one_the_checks_make(
-    kind: str,
-    k: int,
-    ratio: float,
-    prefix_len: int,
-    max_model_len: int,
-    arrival: str | None,
-    seed: int,
-) -> None:
-    """The workload makes its specs without checking them again (checked in bulk, ids made
-    to the lengths): each is the spec RequestSpec's own checks pass and make, field types
-    included."""
-    fields: dict[str, Any] = {"kind": kind, "num_requests": 25, "share_ratio": ratio}
-    fields |= {"max_model_len": max_model_len, "seed": seed}
-    if kind == "shared-prefix":
-        fields |= {"prefix_len": prefix_len, "num_prefixes": k}
-    if arrival is not None:
-        fields |= {"arrival": arrival, "request_rate": 3.0}
-    for spec in make_workload(WorkloadConfig(**fields)):
-        values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-        checked = RequestSpec(**values)
-        assert checked == spec
-        assert [type(v) for v in values.values()] == [
-            type(getattr(checked, name)) for name in values
-        ]
-
-
 @settings(max_examples=20, deadline=None)
 @given(block_size=st.sampled_from([1, 3, 16]), seed=st.integers(0, 20))
 def test_different_prefixes_and_requests_never_share_a_block_key(

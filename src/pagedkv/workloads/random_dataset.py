@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pagedkv.workloads.config import WorkloadConfig, WorkloadKind
 from pagedkv.workloads.shared_prefix import start_times
-from pagedkv.workloads.spec import RequestSpec
+from pagedkv.workloads.spec import RequestSpec, columns_pass
 from pagedkv.workloads.synthetic import LengthModel, Uniform
 from pagedkv.workloads.token_ids import check_ids, own_ids, prefix_ids
 
@@ -48,6 +48,8 @@ def random_workload(config: WorkloadConfig) -> list[RequestSpec]:
     if prefix:
         check_ids("num_requests", n, sum(prompts) + sum(outputs))  # before any id is made
     extra = (("prefix_id", "0"), ("prefix_len", str(prefix))) if prefix else ()
+    # Lengths and times checked in bulk, ids made to the lengths: each spec checked once.
+    make = RequestSpec.checked_already if columns_pass(prompts, outputs, times) else RequestSpec
     specs = []
     for r in range(n):
         prompt, output = prompts[r], outputs[r]
@@ -56,7 +58,7 @@ def random_workload(config: WorkloadConfig) -> list[RequestSpec]:
             ids = prefix_ids(0, prefix) + own_ids(r, 0, prompt - prefix)
             out_ids = own_ids(r, prompt - prefix, output)
         specs.append(
-            RequestSpec(
+            make(
                 request_id=r,
                 prompt_len=prompt,
                 output_len=output,
