@@ -54,6 +54,8 @@ class VllmScheduler(Scheduler):
         )
         # The last refused head: (it, running count, its pending tokens, free blocks then).
         self._refused: tuple[Request, int, int, int] | None = None
+        # The last swapped head refused: (it, its swaps, running count, free blocks then).
+        self._swap_refused: tuple[Request, int, int, int] | None = None
         # ``plan_round``'s tests that the class and the frozen config fix, read once: does it
         # admit first-come-first-served without chunks, and in what budget?
         chunked = config.enable_chunked_prefill
@@ -118,7 +120,8 @@ class VllmScheduler(Scheduler):
                     return None
                 return _new(RoundPlan, (SchedulerOutput(), True, False, True))
             if self.swapped:  # no admission: a decode, then resumptions while they fit
-                return _new(RoundPlan, (SchedulerOutput(), True, True, False))
+                resumes = not self._refuses_swap_in()
+                return _new(RoundPlan, (SchedulerOutput(), True, resumes, False))
             return None  # (an admission test of its own)
         out = SchedulerOutput()
         if not self.waiting:
@@ -151,6 +154,35 @@ class VllmScheduler(Scheduler):
             and not (self.has_token_ids and self.paged.reads_token_ids)
             and not self.paged.num_pinned_blocks
         )
+
+    def _refuses_swap_in(self) -> bool:
+        """Would ``_swap_in`` resume nobody now (the swapped head refused)? Then it resumes
+        nobody after the next decode round either, nor after any round before the next event:
+        those rounds keep the running count, the head and its tables, and only take blocks
+        (its room test needs at least as many free as now). Not so under prefix caching,
+        where a grower's new key can stand in for one of the head's blocks: unsure, False."""
+        running = len(self.running)
+        if running >= self.config.max_num_seqs:
+            return True
+        paged = self.paged
+        if paged.config.enable_prefix_caching:
+            return False
+        # Refused as last time: the same head, swapped out as then (its tables and pending
+        # tokens as then), the running count as then and no more blocks free.
+        head, free = self.swapped[0], paged.num_free_blocks
+        last = self._swap_refused
+        if (
+            last is not None
+            and last[0] is head
+            and last[1:3] == (head.num_swaps, running)
+            and free <= last[3]
+        ):
+            return True
+        step = head.num_pending_tokens if running else 0  # (``_swap_in``'s own test)
+        if paged.can_swap_in(head.seq_ids, step) is AllocStatus.OK:
+            return False
+        self._swap_refused = (head, head.num_swaps, running, free)
+        return True
 
     def growth_victim(self) -> Request | None:
         """The latest arrived running request (``_victim``: a decode round that runs short
