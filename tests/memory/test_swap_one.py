@@ -1,6 +1,7 @@
-"""A swap of one sequence takes a shortcut (``SwapMixin._swap_out_one``, ``_swap_in_one``);
-it must leave the manager exactly as the group path does: the same mappings, the same block
-ids in every table and in both free queues, the same books. Differential, stateful: two
+"""A swap of one sequence takes a shortcut (``SwapMixin._swap_out_one``, ``_swap_in_one``, and
+for a growing one ``_swap_out_grower``, which never settles it); it must leave the manager
+exactly as the group path does after a settle: the same mappings, the same block ids in every
+table and in both free queues, the same books. Differential, stateful: two
 managers take the same calls, one of them always through the group path."""
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ class GroupPathManager(KVCacheManager):
     """Every swap through the group path."""
 
     def _swap_out_one(self, seq_id: SeqId) -> list[SwapMapping] | None:
+        return self._swap_out_group([seq_id])
+
+    def _swap_out_grower(self, seq_id: SeqId) -> list[SwapMapping] | None:
+        self._settle((seq_id,))
         return self._swap_out_group([seq_id])
 
     def _swap_in_one(self, seq_id: SeqId) -> list[SwapMapping]:

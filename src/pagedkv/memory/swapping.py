@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
-from pagedkv.errors import ConfigError, UnknownSequenceError
+from pagedkv.errors import ConfigError, PagedKVError, UnknownSequenceError
 from pagedkv.memory.block_pool import BlockPool
 from pagedkv.memory.block_table import BlockTable, cdiv
 from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.growth import Growth
 from pagedkv.memory.interface import AllocStatus, SeqId, SwapMapping
 from pagedkv.memory.tail_books import TailBooks
 from pagedkv.validation import as_int
@@ -45,6 +46,7 @@ class SwapMixin:
     config: CacheConfig
     gpu: BlockPool
     cpu: BlockPool
+    _growth: Growth
     _tables: dict[SeqId, BlockTable]
     _swapped: dict[SeqId, BlockTable]
     _tails: TailBooks
@@ -92,6 +94,8 @@ class SwapMixin:
         referenced by a sequence that stays on the GPU is copied, and stays there for the other.
         """
         ids = _group(seq_ids)
+        if len(ids) == 1 and ids[0] in self._growth.seqs and not self.config.enable_prefix_caching:
+            return self._swap_out_grower(ids[0])
         self._settle(ids)  # (their blocks are read; other growing sequences go on)
         if len(ids) == 1:
             return self._swap_out_one(ids[0])
@@ -169,18 +173,48 @@ class SwapMixin:
         return copies
 
     # ----- internals --------------------------------------------------------------------------
+    def _swap_out_grower(self, seq_id: SeqId) -> list[SwapMapping] | None:
+        """``swap_out`` of one growing sequence without prefix caching: settling it (``_settle``)
+        would append its tokens since it joined, taking the blocks growth holds for them, and
+        move its tail books, which the swap then drops. Here the blocks are taken as settling
+        takes them (the same ones) and go out with the rest; the books move once."""
+        table = self._tables[seq_id]
+        blocks = table.blocks
+        if table.tokens_known or (blocks and self.gpu.ref_counts[blocks[-1]] > 1):
+            self._settle((seq_id,))  # (keys to make, or a copy-on-write: appended one by one)
+            return self._swap_out_one(seq_id)
+        growth = self._growth
+        tokens = table.num_tokens + growth.round - growth.seqs[seq_id].join
+        need = cdiv(tokens, self.config.block_size) - len(blocks)
+        if len(blocks) + need > self.cpu.num_free:
+            self._settle((seq_id,))  # (the call changes nothing but the settling)
+            return None
+        self._tails.untrack(seq_id, table)  # (its last block before the lag's)
+        lag, _ = growth.remove(seq_id)
+        if need > self.gpu.num_free - growth.held:
+            raise PagedKVError(f"swap_out: no room for sequence {seq_id!r}'s growth")
+        if need:
+            blocks += self.gpu.allocate_many(need)
+        table.num_tokens = tokens
+        self._token_slots += lag
+        return self._move_out(seq_id, table)
+
     def _swap_out_one(self, seq_id: SeqId) -> list[SwapMapping] | None:
         """``swap_out`` of one sequence (settled): its blocks are distinct, so each takes one
         CPU block with one reference, in table order (as the general path's)."""
         table = self._tables.get(seq_id)
         if table is None:
             raise UnknownSequenceError(f"sequence {seq_id!r} is not in the expected pool")
-        gpu_blocks = table.blocks
-        if len(gpu_blocks) > self.cpu.num_free:
+        if len(table.blocks) > self.cpu.num_free:
             return None
+        self._tails.untrack(seq_id, table)
+        return self._move_out(seq_id, table)
+
+    def _move_out(self, seq_id: SeqId, table: BlockTable) -> list[SwapMapping]:
+        """``_swap_out_one``'s move once the room is checked and the tail books untracked."""
+        gpu_blocks = table.blocks
         cpu_blocks = self.cpu.allocate_many(len(gpu_blocks))
         del self._tables[seq_id]
-        self._tails.untrack(seq_id, table)
         self._release_gpu(table)  # (a new, empty list: ``gpu_blocks`` stays)
         table.blocks = cpu_blocks
         self._swapped[seq_id] = table
