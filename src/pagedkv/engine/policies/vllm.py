@@ -178,8 +178,7 @@ class VllmScheduler(Scheduler):
             and free <= last[3]
         ):
             return True
-        step = head.num_pending_tokens if running else 0  # (``_swap_in``'s own test)
-        if paged.can_swap_in(head.seq_ids, step) is AllocStatus.OK:
+        if paged.can_swap_in(head.seq_ids, self._swap_in_room(head)) is AllocStatus.OK:
             return False
         self._swap_refused = (head, head.num_swaps, running, free)
         return True
@@ -255,10 +254,7 @@ class VllmScheduler(Scheduler):
         used = 0
         while self.swapped and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
-            # Room for its next step too (resumed and straight back out would move its blocks
-            # twice for nothing), unless nothing runs: then nothing would free room for it.
-            step = req.num_pending_tokens if self.running else 0
-            if self.paged.can_swap_in(req.seq_ids, step) is not AllocStatus.OK:
+            if self.paged.can_swap_in(req.seq_ids, self._swap_in_room(req)) is not AllocStatus.OK:
                 break
             mappings = self.paged.swap_in(req.seq_ids)
             if mappings is None:
@@ -276,6 +272,12 @@ class VllmScheduler(Scheduler):
             out.chunks.append(self._chunk(req, n))
             used += n
         return used
+
+    def _swap_in_room(self, req: Request) -> int:
+        """The tokens a swap-in of ``req`` must leave room for: its next step too (resumed and
+        straight back out would move its blocks twice for nothing), unless nothing runs: then
+        nothing would free room for it."""
+        return req.num_pending_tokens if self.running else 0
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.running.remove(victim)
@@ -329,4 +331,5 @@ _MIRRORED = (
     "_append",
     "_victim",
     "_swap_in",
+    "_swap_in_room",
 )
