@@ -4,6 +4,7 @@ write after the work (exit 5), Ctrl-C (exit 130) and a closed pipe (exit 141).""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import importlib
 import io
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 from pagedkv import exits
-from pagedkv.cli import main
+from pagedkv.cli import build_parser, main
+from pagedkv.io import path_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ["simulate", "--workload", "lesson", "--cost-model", "unit"]
@@ -69,7 +71,55 @@ BAD_DESTINATIONS = {  # id: (argv, {file}/{dir}/{spec} filled in; the function t
     "sweep-out-file": ("sweep {spec} --out {file}", "pagedkv.sweep.sweep.run_sweep"),
     "plan-out-file": (PLAN + " --out {file}", "pagedkv.sweep.plan.run_plan"),
     "generate-json-dir": ("generate --json {dir}", "pagedkv.tensors.generate.generate"),
+    "profile-out-dir": (
+        "profile --model tiny-llama --out {dir}",
+        "pagedkv.tensors.profiler.profile",
+    ),
+    "fidelity-json-dir": ("fidelity --json {dir}", "pagedkv.tensors.fidelity.fidelity"),
 }
+
+
+def _output_flags() -> list[tuple[str, argparse.Action]]:
+    """(command, action) of every flag that names an output, in every subcommand."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [
+        (name, action)
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if {"--json", "--out", "--save-result"} & set(action.option_strings)
+    ]
+
+
+def test_every_output_flag_refuses_an_empty_path_as_flags_are_read() -> None:
+    flags = _output_flags()
+    assert {name for name, _ in flags} >= {"simulate", "bench", "sweep", "profile", "fidelity"}
+    for name, action in flags:
+        assert action.type is path_arg, (name, action.option_strings)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "simulate --workload lesson --json=",
+        "simulate --workload lesson --save-result=",
+        "bench --out=",
+        "experiment lesson --out=",
+        "profile --out=",
+        "fidelity --json=",
+    ],
+)
+def test_an_empty_output_path_is_one_usage_error(
+    argv: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).parent)  # (an empty path would have meant here)
+    before = _tree(Path.cwd())
+    with pytest.raises(SystemExit) as stop:
+        main(argv.split())
+    assert stop.value.code == exits.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith("an empty path names no file or directory")
+    assert "Traceback" not in err
+    assert _tree(Path.cwd()) == before
 
 
 @pytest.mark.parametrize("case", list(BAD_DESTINATIONS))

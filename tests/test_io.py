@@ -143,6 +143,18 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     assert tmp_path.is_dir()
 
 
+def test_an_empty_path_names_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # (what an empty path would otherwise have meant)
+    with pytest.raises(OutputError, match="empty path"):
+        atomic_write_text("", "x")
+    with pytest.raises(ConfigError, match=r"--json: got ''; .*empty path"):
+        check_output_file("--json", "")
+    with pytest.raises(ConfigError, match=r"--out: got ''; .*empty path"):
+        check_output_dir("--out", "")
+    assert not is_stdout("")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ----- output_set: all or nothing -------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from pagedkv.exits import (
     served_nothing,
 )
 from pagedkv.exits import epilog as exit_codes_epilog
-from pagedkv.io import OutputError
+from pagedkv.io import OutputError, path_arg
 
 COMMAND_MODULES = (
     "pagedkv.experiments.commands",  # experiment, claims, reproduce
@@ -302,6 +302,7 @@ def _add_save_result_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("vllm bench serve result (docs/vllm-results.md)")
     group.add_argument(
         "--save-result",
+        type=path_arg,
         metavar="FILE",
         help="Also write the run as vllm bench serve's result JSON (its keys and units; "
         "records every output token's time; - for standard output).",
@@ -390,12 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--out",
+        type=path_arg,
         metavar="DIR",
         default="results",
         help="Write bench.json and bench.csv here (atomically; default: results).",
     )
     bench.add_argument(
         "--json",
+        type=path_arg,
         metavar="PATH",
         help="Also write the capacity table alone as JSON (atomically; - for standard output).",
     )
@@ -414,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument(
         "--json",
+        type=path_arg,
         metavar="PATH",
         help="Write config, summary and per-request records as JSON (atomically, sorted keys; "
         "- for standard output).",

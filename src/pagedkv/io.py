@@ -13,13 +13,15 @@
 * ``output_set()``: the atomic writes inside it are held back and renamed together at its end,
   or, if anything inside raises (Ctrl-C included), none is, and their temporaries are removed.
 * ``check_output_file`` / ``check_output_dir``: before any work, can this be written? A
-  ``ConfigError`` naming the flag and the path if not.
+  ``ConfigError`` naming the flag and the path if not. ``path_arg``: every output flag's
+  argparse type (an empty path is refused as the flags are read).
 
 A write that fails (a full disk, a vanished directory) raises ``OutputError`` naming the path.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import contextvars
 import errno
@@ -203,6 +205,14 @@ def is_stdout(path: str | Path | None) -> bool:
         return False
 
 
+def path_arg(value: str) -> str:
+    """The argparse ``type`` of every output path flag: an empty path names nothing (and
+    ``Path("")`` would quietly be the working directory), so it is refused as flags are read."""
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path names no file or directory")
+    return value
+
+
 def check_output_file(flag: str, path: str | Path) -> None:
     """Before any work: could ``path`` (a file output) be written? ``ConfigError`` if not."""
     try:
@@ -223,6 +233,8 @@ def check_output_file(flag: str, path: str | Path) -> None:
 
 def check_output_dir(flag: str, path: str | Path, files: Iterable[str] = ()) -> None:
     """Before any work: could ``path`` be made a directory and ``files`` be written in it?"""
+    if not str(path):  # (Path("") is the working directory)
+        raise ConfigError(flag, str(path), "an empty path names no directory")
     target = Path(os.path.realpath(path))
     if target.exists() and not target.is_dir():
         raise ConfigError(flag, str(path), "is not a directory")
@@ -258,6 +270,8 @@ def _destination(path: str | Path) -> tuple[str, bool]:
     a new path is the real path behind any symbolic links, replaced atomically."""
     if str(path) == STDOUT:
         return f"{_FD}1", True
+    if not str(path):  # (abspath would make it the working directory)
+        raise OutputError(path, "an empty path names no file")
     hop = os.path.abspath(path)
     for _ in range(_MAX_LINKS):  # each link of the chain: one into /dev or /proc is special
         fd = _FD_NAMES.get(hop)

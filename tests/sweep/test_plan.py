@@ -187,6 +187,30 @@ def test_cli_plan_set_with_bad_yaml_is_one_line(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--gpu", "A100-40GB=1", "--slo-ttft-p99", "1"],
+        ["sweep", "spec.yaml"],
+        ["sweep", "spec.yaml", "--backend", "local"],
+    ],
+)
+def test_cli_address_without_ray_is_one_line_before_any_work(
+    argv: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local run would ignore the cluster's address: refused, nothing run or written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text("workload: lesson\ncost_model: unit\n")
+    argv = [*argv, "--address", "auto", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == "pagedkv: error: --address: got 'auto'; is read only with --backend ray\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
 TARGET_PLAN: dict[str, Any] = {**SMALL_PLAN, "seeds": 1, "tolerance": 0.3}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.exits import require
-from pagedkv.io import check_output_dir
+from pagedkv.io import check_output_dir, path_arg
 from pagedkv.sweep.commands import add_clock_flags
 
 RESULT_FILES = ("results.json", "results.csv")
@@ -55,7 +55,7 @@ def _seeds(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--quick", action="store_true", help="Fewer requests, 3 seeds, fewer points.")
-    p.add_argument("--out", metavar="DIR", help=out_help)
+    p.add_argument("--out", type=path_arg, metavar="DIR", help=out_help)
     p.add_argument(
         "--workers",
         type=_positive,

@@ -9,6 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pagedkv.io import path_arg
+
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from pagedkv.exits import require
@@ -56,6 +58,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     report.add_argument(
         "--out",
+        type=path_arg,
         metavar="PATH",
         help="Write the page here (default: DIR/report.html; - for standard output).",
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.exits import EXIT_INTERRUPTED
-from pagedkv.io import check_output_dir
+from pagedkv.io import check_output_dir, path_arg
 
 SWEEP_EPILOG = """\
 The spec is YAML: any `pagedkv simulate` option as a top-level key (fixed for every point),
@@ -47,6 +47,15 @@ def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="No progress bar, no table.")
 
 
+def _check_backend(args: argparse.Namespace) -> None:
+    """Before any work: ``--address`` names a Ray cluster, so it is read only with Ray (a local
+    run would ignore it without a word)."""
+    from pagedkv.errors import ConfigError
+
+    if args.address is not None and args.backend != "ray":
+        raise ConfigError("--address", args.address, "is read only with --backend ray")
+
+
 def add_clock_flags(p: argparse.ArgumentParser) -> None:
     """``--cost-model`` and ``--profile``: the clock of every run (experiment, sweep, plan)."""
     p.add_argument(
@@ -66,6 +75,7 @@ def add_clock_flags(p: argparse.ArgumentParser) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from pagedkv.exits import require
 
+    _check_backend(args)
     if args.backend == "ray":
         require("ray")
     from pagedkv.sweep.spec import SweepSpec
@@ -106,6 +116,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from pagedkv.exits import require
 
+    _check_backend(args)
     require("matplotlib", *(["ray"] if args.backend == "ray" else []))  # plan.png
 
     from pagedkv.errors import ConfigError
@@ -193,7 +204,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     sweep.add_argument("spec", metavar="SPEC.yaml", help="The sweep spec (see below).")
     sweep.add_argument(
-        "--out", metavar="DIR", help="Results directory (default: results/sweep/<spec name>)."
+        "--out",
+        type=path_arg,
+        metavar="DIR",
+        help="Results directory (default: results/sweep/<spec name>).",
     )
     sweep.add_argument(
         "--retry-failed", action="store_true", help="Also rerun points that recorded an error."
@@ -264,7 +278,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--set", action="append", metavar="KEY=VALUE", help="A simulate option for every probe."
     )
     plan.add_argument(
-        "--out", metavar="DIR", default="results/plan", help="Output (default: results/plan)."
+        "--out",
+        type=path_arg,
+        metavar="DIR",
+        default="results/plan",
+        help="Output (default: results/plan).",
     )
     _add_backend_flags(plan)
     add_clock_flags(plan)

@@ -8,6 +8,8 @@ import dataclasses
 import sys
 from typing import Any
 
+from pagedkv.io import path_arg
+
 _FLAGS: dict[str, Any] = {  # GenerateConfig field -> argparse type (None: a switch; a list:
     # repeatable / several values of that type)
     "model": str,
@@ -130,6 +132,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             gen.add_argument(*flags, dest=name, type=kind, default=None, help=text)
     gen.add_argument(
         "--json",
+        type=path_arg,
         metavar="PATH",
         help="Write the outputs (no timing) as JSON (- for standard output: the lines "
         "printed then go to stderr). Exit codes: pagedkv --help.",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import typing
 from typing import Any
 
+from pagedkv.io import path_arg
 from pagedkv.tensors.profile_config import FidelityConfig, ProfileConfig
 from pagedkv.validation import field_help
 
@@ -45,10 +47,12 @@ def _values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 def _cmd_profile(args: argparse.Namespace) -> int:
     import time
 
+    from pagedkv.io import check_output_file, is_stdout
     from pagedkv.tensors.profile_ops import points
     from pagedkv.tensors.profiler import profile, progress_bar
 
     cfg = ProfileConfig(**_values(args, ProfileConfig))
+    check_output_file("--out", args.out)  # before minutes of measuring
     start = time.perf_counter()
     with progress_bar(points(cfg), "profiling") as bar:
         task = bar.task_ids[0]
@@ -56,7 +60,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     result.write(args.out)
     print(
         f"wrote {args.out}: {cfg.model} on {cfg.device} ({result.source['device_name']}), "
-        f"{cfg.dtype}, block sizes {list(cfg.block_sizes)}, in {time.perf_counter() - start:.1f} s"
+        f"{cfg.dtype}, block sizes {list(cfg.block_sizes)}, in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr if is_stdout(args.out) else sys.stdout,  # stdout then holds the profile
     )
     return 0
 
@@ -65,9 +70,11 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from pagedkv.io import atomic_write_json
+    from pagedkv.io import atomic_write_json, check_output_file, is_stdout
     from pagedkv.tensors.fidelity import fidelity
 
+    if args.json is not None:
+        check_output_file("--json", args.json)  # before the real runs
     result = fidelity(FidelityConfig(**_values(args, FidelityConfig)))
     table = Table(title="simulated / real - 1 (per-step: |error|)")
     parts = {"profiled": result["summary"], "roofline": result["roofline"]}
@@ -91,8 +98,8 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
         "iterations (real / sim)",
         *(f"{e['iterations_real']} / {e['iterations_sim']}" for e in parts.values()),
     )
-    Console(width=120).print(table)
-    if args.json:
+    Console(width=120, stderr=is_stdout(args.json)).print(table)  # stdout: the JSON alone
+    if args.json is not None:
         atomic_write_json(args.json, result)
     return 0
 
@@ -108,7 +115,9 @@ def register_profiling(sub: argparse._SubParsersAction[Any]) -> None:
         "the profile that `--cost-model profiled --profile FILE` reads. Needs torch.",
     )
     _add_flags(prof, ProfileConfig)
-    prof.add_argument("--out", metavar="PROFILE.json", required=True, help="Where to write it.")
+    prof.add_argument(
+        "--out", type=path_arg, metavar="PROFILE.json", required=True, help="Where to write it."
+    )
     prof.set_defaults(func=_cmd_profile)
     fid = sub.add_parser(
         "fidelity",
@@ -119,5 +128,7 @@ def register_profiling(sub: argparse._SubParsersAction[Any]) -> None:
         "and aggregate errors. Needs torch.",
     )
     _add_flags(fid, FidelityConfig)
-    fid.add_argument("--json", metavar="OUT", help="Write the errors and the runs as JSON.")
+    fid.add_argument(
+        "--json", type=path_arg, metavar="OUT", help="Write the errors and the runs as JSON."
+    )
     fid.set_defaults(func=_cmd_fidelity)
