@@ -105,6 +105,7 @@ def test_generate_from_a_hf_config_json(tmp_path: Path) -> None:
         ),
         (["--seed", str(2**64)], "seed"),
         (["--num-beams", "100000"], "num_beams"),
+        (["--config", ""], "config: got ''; an empty path"),
     ],
 )
 def test_bad_input_exits_2(

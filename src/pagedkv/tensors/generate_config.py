@@ -128,6 +128,8 @@ class GenerateConfig:
         check_bounds(self)
         if self.prompts is None and not self.prompt:  # the random prompts' ids, before drawn
             check_ids("num_prompts", self.num_prompts, self.num_prompts * self.prompt_len)
+        if self.config == "":  # (a falsy path would quietly mean the built-in shape)
+            raise ConfigError("config", self.config, "an empty path names no config.json")
         if self.model not in ARCHITECTURES:
             if self.config is not None:
                 raise ConfigError("config", self.config, "only with a built-in model: gpt2, llama")
