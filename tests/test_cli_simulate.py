@@ -83,6 +83,50 @@ def test_same_flags_give_byte_identical_json(tmp_path: Path) -> None:
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
 
 
+# Runs whose books hold the most state (swap, queues and priorities, prefix keys, groups,
+# pinned prefixes, contiguous regions); a trace whose sessions are named by strings.
+_HASHED_RUNS = [
+    "--num-requests 200 --request-rate 20 --preemption-mode swap --num-gpu-blocks 200",
+    "--workload trace --trace-path {trace} --scheduler vllm-v1 --scheduling-policy priority "
+    "--enable-prefix-caching --num-gpu-blocks 12 --block-size 4",
+    "--workload shared-prefix --prefix-len 64 --num-prefixes 4 --enable-prefix-caching "
+    "--num-requests 150 --request-rate 10 --num-gpu-blocks 120 --eviction-policy lfu",
+    "--num-requests 40 --num-samples 3 --num-gpu-blocks 150 --request-rate 5",
+    "--num-requests 30 --beam-width 3 --num-gpu-blocks 150 --request-rate 5",
+    "--workload shared-prefix --prefix-len 64 --num-prefixes 3 --enable-pinned-prefixes "
+    "--num-requests 100 --request-rate 10",
+    "--scheduler orca-oracle --num-requests 150 --request-rate 10",
+]
+
+
+def test_json_is_byte_identical_across_processes_whose_hashes_differ(tmp_path: Path) -> None:
+    """No order in the books or the records may follow Python's per-process str hashing."""
+    import os
+    import subprocess
+    import sys
+
+    trace = tmp_path / "sessions.csv"
+    trace.write_text(
+        "arrival_time,prompt_len,output_len,session_id,priority\n"
+        "0,20,5,alpha,2\n0.1,30,6,beta,1\n0.2,40,5,alpha,0\n0.2,50,7,gamma,1\n0.3,80,9,beta,3\n"
+    )
+    base = ["--model", "OPT-13B", "--gpu", "A100-40GB", "--workload", "sharegpt-like", "--quiet"]
+    outs: list[list[bytes]] = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        runs = []
+        for i, flags in enumerate(_HASHED_RUNS):
+            out = tmp_path / f"{hash_seed}-{i}.json"
+            argv = [*base, *flags.format(trace=trace).split(), "--json", str(out)]
+            cmd = [sys.executable, "-m", "pagedkv.cli", "simulate", *argv]
+            subprocess.run(cmd, env=env, check=True, timeout=300, capture_output=True)
+            runs.append(out.read_bytes())
+        outs.append(runs)
+    for flags, one, two in zip(_HASHED_RUNS, *outs, strict=True):
+        assert one == two, flags
+        assert json.loads(one)["summary"]["finished"] > 0, flags
+
+
 def test_greedy_deadlock_exits_3_and_still_writes_everything(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
