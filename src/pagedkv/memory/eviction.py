@@ -231,6 +231,37 @@ class V1BlockPool(BlockPool):
             self._num_cached_free += hidden_free
 
 
+class V1UncachedBlockPool(UncachedBlockPool):
+    """``V1BlockPool`` without prefix caching (the vllm-v1 policy's default): without keys its
+    free queue is a stack, as ``UncachedBlockPool``'s, but the blocks one release frees go to
+    the head in the order given (the first is handed out next), as vLLM's free queue puts
+    them (``UncachedBlockPool`` reverses them); the very same blocks in the same order as
+    ``V1BlockPool`` (a differential test checks)."""
+
+    def release(self, blocks: list[int]) -> list[int]:
+        n = len(blocks)
+        stack = self._stack
+        if n > 1 and self.num_refs == self.num_blocks - len(stack):
+            # Nothing shared: every block named is held once and becomes free (as in
+            # ``UncachedBlockPool.release``).
+            refs = self.ref_counts
+            for block in blocks:
+                refs[block] = 0
+            stack.extend(reversed(blocks))  # (the stack's end is the head)
+            self.num_refs -= n
+            return list(blocks)
+        freed = [b for b in blocks if self._drop_ref(b)]
+        stack.extend(reversed(freed))
+        return freed
+
+
+def v1_pool(num_blocks: int, *, enable_caching: bool) -> BlockPool:
+    """vLLM 0.33's block pool: ``V1BlockPool``, or without caching its stack."""
+    if enable_caching:
+        return V1BlockPool(num_blocks, enable_caching=True)
+    return V1UncachedBlockPool(num_blocks)
+
+
 def gpu_pool(config: CacheConfig) -> BlockPool:
     """The GPU block pool for ``config``: the plain (LRU) pool unless prefix caching is on with
     another policy, so the common cases run exactly the LRU code."""

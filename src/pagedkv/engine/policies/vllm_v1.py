@@ -18,7 +18,7 @@ One token budget per step (``max_num_batched_tokens``, default 2048, or a smalle
    admissions and only while some request runs. The first head that does not fit ends admission.
 3. The null block: vLLM keeps block 0 out of the pool, so ``num_gpu_blocks`` N gives N - 1
    usable blocks. vLLM's free queue: of the blocks a request frees, the uncached ones go to
-   the head (last block first), the cached ones to the tail (``V1BlockPool``).
+   the head (last block first), the cached ones to the tail (``eviction.v1_pool``).
 4. ``async_scheduling`` (vLLM's default): a step is scheduled before the previous step's
    outputs are known, so a request that sampled its last token holds its blocks and its
    running slot through the next schedule (it computes nothing there) and is freed after it,
@@ -46,7 +46,7 @@ from pagedkv.engine.request import Request, RequestStatus
 from pagedkv.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput, keeps_rounds
 from pagedkv.errors import ConfigError
 from pagedkv.memory.config import CacheConfig, EvictionPolicy
-from pagedkv.memory.eviction import V1BlockPool
+from pagedkv.memory.eviction import v1_pool
 from pagedkv.memory.interface import KVAllocator
 from pagedkv.memory.manager import NO_HIT, KVCacheManager, PrefixHit
 
@@ -67,7 +67,7 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
         watermark itself."""
         cls.check_memory(cache, config)
         usable = dataclasses.replace(cache, num_gpu_blocks=cache.num_gpu_blocks - cls.null_blocks)
-        gpu = V1BlockPool(usable.num_gpu_blocks, enable_caching=usable.enable_prefix_caching)
+        gpu = v1_pool(usable.num_gpu_blocks, enable_caching=usable.enable_prefix_caching)
         return KVCacheManager(usable, gpu)
 
     @classmethod
