@@ -8,6 +8,7 @@ from hypothesis import given, settings
 
 from pagedkv.errors import IntegrityError, PagedKVError
 from pagedkv.memory.block_pool import BlockPool, UncachedBlockPool
+from tests.memory.pool_diff import OPS, drive
 
 
 def test_allocate_takes_every_block_once_then_refuses() -> None:
@@ -108,63 +109,14 @@ def test_a_free_block_in_a_released_chain_is_caught() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    size=st.integers(1, 12),
-    ops=st.lists(
-        st.tuples(
-            st.sampled_from(["alloc", "alloc_many", "incref", "decref", "release"]),
-            st.integers(0, 10**6),
-        ),
-        max_size=80,
-    ),
-)
+@given(size=st.integers(1, 12), ops=OPS)
 def test_the_stack_pool_hands_out_what_the_queue_pool_does(
     size: int, ops: list[tuple[str, int]]
 ) -> None:
     """Differential: the list-stack pool (caching off) and BlockPool without caching take the
     same blocks in the same order through any allocate (one or many) / incref / decref / release
     sequence."""
-    queue, stack = BlockPool(size), UncachedBlockPool(size)
-    held: list[int] = []  # one entry per reference taken
-    for op, pick in ops:
-        if op == "alloc" and queue.num_free:
-            block = queue.allocate()
-            assert stack.allocate() == block
-            held.append(block)
-        elif op == "alloc_many":
-            n = pick % (size + 2)
-            if n > queue.num_free:
-                for pool in (stack, queue):
-                    with pytest.raises(PagedKVError):
-                        pool.allocate_many(n)
-                continue
-            blocks = queue.allocate_many(n)
-            assert stack.allocate_many(n) == blocks
-            held += blocks
-        elif op == "incref" and held:
-            block = held[pick % len(held)]
-            queue.incref(block)
-            stack.incref(block)
-            held.append(block)
-        elif op == "decref" and held:
-            block = held.pop(pick % len(held))
-            assert stack.decref(block) == queue.decref(block)
-        elif op == "release" and held:
-            chain = held[pick % len(held) :]
-            del held[pick % len(held) :]
-            assert stack.release(chain) == queue.release(chain)
-        assert stack.free_blocks() == queue.free_blocks()
-        assert (stack.num_free, stack.num_used, stack.num_refs) == (
-            queue.num_free,
-            queue.num_used,
-            queue.num_refs,
-        )
-        stack.check_integrity(list(queue.ref_counts))
-    free = stack.free_blocks()
-    if free:  # a free block released again is a double free, in both pools
-        for pool in (stack, queue):
-            with pytest.raises(IntegrityError):
-                pool.release(free[:1])
+    drive(BlockPool(size), UncachedBlockPool(size), ops)
 
 
 def _state(pool: BlockPool) -> tuple[object, ...]:

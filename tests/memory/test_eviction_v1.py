@@ -6,12 +6,11 @@ against a plain model of vLLM's queue and hash map under random operations."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import pytest
 from hypothesis import given, settings
 
-from pagedkv.errors import PagedKVError
 from pagedkv.memory.eviction import V1BlockPool, V1UncachedBlockPool, v1_pool
 from pagedkv.memory.prefix_hash import hash_block
+from tests.memory.pool_diff import OPS, drive
 
 
 def key(n: int) -> bytes:
@@ -99,63 +98,13 @@ def test_the_pool_follows_a_model_of_vllms_queue(steps: list[tuple[str, int]]) -
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    size=st.integers(1, 12),
-    steps=st.lists(
-        st.tuples(
-            st.sampled_from(["alloc", "alloc_many", "incref", "decref", "release"]),
-            st.integers(0, 10**6),
-        ),
-        max_size=80,
-    ),
-)
+@given(size=st.integers(1, 12), steps=OPS)
 def test_the_uncached_stack_hands_out_what_the_v1_queue_does(
     size: int, steps: list[tuple[str, int]]
 ) -> None:
     """Differential: ``v1_pool`` without caching (a stack) and ``V1BlockPool`` with caching
     off take the same blocks in the same order and free them to the same places, through any
     allocate (one or many) / incref / decref / release sequence, double frees included."""
-    queue = V1BlockPool(size)
     stack = v1_pool(size, enable_caching=False)
     assert isinstance(stack, V1UncachedBlockPool)
-    held: list[int] = []  # one entry per reference taken
-    for op, pick in steps:
-        if op == "alloc" and queue.num_free:
-            block = queue.allocate()
-            assert stack.allocate() == block
-            held.append(block)
-        elif op == "alloc_many":
-            n = pick % (size + 2)
-            if n > queue.num_free:
-                for pool in (stack, queue):
-                    with pytest.raises(PagedKVError):
-                        pool.allocate_many(n)
-                continue
-            blocks = queue.allocate_many(n)
-            assert stack.allocate_many(n) == blocks
-            held += blocks
-        elif op == "incref" and held:
-            block = held[pick % len(held)]
-            queue.incref(block)
-            stack.incref(block)
-            held.append(block)
-        elif op == "decref" and held:
-            block = held.pop(pick % len(held))
-            assert stack.decref(block) == queue.decref(block)
-        elif op == "release" and held:
-            chain = held[pick % len(held) :]
-            del held[pick % len(held) :]
-            if pick % 5 == 0:  # a chain shared with another holder: the slow path
-                chain = chain[::-1]
-            assert stack.release(chain) == queue.release(chain)
-        assert stack.free_blocks() == queue.free_blocks()
-        assert (stack.num_free, stack.num_used, stack.num_refs) == (
-            queue.num_free,
-            queue.num_used,
-            queue.num_refs,
-        )
-        refs = [0] * size
-        for block in held:
-            refs[block] += 1
-        stack.check_integrity(refs)
-        queue.check_integrity(refs)
+    drive(V1BlockPool(size), stack, steps)
