@@ -321,10 +321,15 @@ class UncachedBlockPool(BlockPool):
             refs = self.ref_counts
             for block in blocks:
                 refs[block] = 0
-            self._stack.extend(blocks)
+            self._push_chain(blocks)
             self.num_refs -= n
             return list(blocks)
         return self._release_each(blocks)
+
+    def _push_chain(self, blocks: list[int]) -> None:
+        """The free blocks of one release onto the stack: each at the head in turn, as
+        ``BlockPool`` puts them (the last named is handed out next)."""
+        self._stack.extend(blocks)
 
     def free_blocks(self) -> list[int]:
         return self._stack[::-1]

@@ -238,20 +238,12 @@ class V1UncachedBlockPool(UncachedBlockPool):
     them (``UncachedBlockPool`` reverses them); the very same blocks in the same order as
     ``V1BlockPool`` (a differential test checks)."""
 
-    def release(self, blocks: list[int]) -> list[int]:
-        n = len(blocks)
-        stack = self._stack
-        if n > 1 and self.num_refs == self.num_blocks - len(stack):
-            # Nothing shared: every block named is held once and becomes free (as in
-            # ``UncachedBlockPool.release``).
-            refs = self.ref_counts
-            for block in blocks:
-                refs[block] = 0
-            stack.extend(reversed(blocks))  # (the stack's end is the head)
-            self.num_refs -= n
-            return list(blocks)
+    def _push_chain(self, blocks: list[int]) -> None:
+        self._stack.extend(reversed(blocks))  # (the stack's end is the head)
+
+    def _release_each(self, blocks: list[int]) -> list[int]:
         freed = [b for b in blocks if self._drop_ref(b)]
-        stack.extend(reversed(freed))
+        self._push_chain(freed)
         return freed
 
 
