@@ -218,6 +218,9 @@ class Cohort:
         self._join(decoding)
         self._loop(plan)
         self._sync()
+        sched.cohort_ends(self.done > 0)
+        if eng.check_integrity:
+            self.kv.check_integrity()
         self._flush()
         return True
 
@@ -443,7 +446,8 @@ class Cohort:
             for seq_id, req in zip(seq_ids, reqs, strict=True):
                 self.by_seq[seq_id] = req
             ids = [r.token_slice(r.num_computed_tokens, r.max_kv_tokens) for r in reqs]
-            self.paged.grow(seq_ids, token_ids=ids, order=[_arrival_key(r) for r in reqs])
+            order = self.engine.scheduler.append_order(reqs)
+            self.paged.grow(seq_ids, token_ids=ids, order=order)
         else:  # one sequence each
             self.kv.grow([reqs[0].seq_ids[0]] if len(reqs) == 1 else [r.seq_ids[0] for r in reqs])
 
@@ -470,6 +474,9 @@ class Cohort:
                 continue  # preempted since
             self._part(req, members.pop(req), member.left)
             group.append(req)
+        if len(group) > 1:  # in the round's order, as its chunks finish them
+            order = self.engine.scheduler.append_order(group)
+            group = [group[i] for i in sorted(range(len(group)), key=order.__getitem__)]
         self.engine.finish(group)
         # A policy may hold a finished request's memory: static its region, vllm-v1 (async)
         # its blocks until the next round's schedule; it stops growing.

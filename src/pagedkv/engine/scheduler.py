@@ -283,6 +283,18 @@ class Scheduler(abc.ABC):
         otherwise; the default never promises it."""
         return None
 
+    def append_order(self, reqs: Sequence[Request]) -> list[tuple[float, int]]:
+        """Each running request's place among a round's appends (sortable keys): under prefix
+        caching the decode cohort makes the rounds' blocks and keys in this order. The
+        default is arrival order, the running order of the policies that keep it so."""
+        return [(r.arrival_time, r.request_id) for r in reqs]
+
+    def cohort_ends(self, ran: bool) -> None:
+        """The decode cohort hands the run back to ``schedule()`` (``ran``: it ran a round,
+        in which every running request computed its token): a policy that keeps state of
+        the last round's outputs brings it up to date. The default keeps none."""
+        del ran
+
     def resume(self, out: SchedulerOutput, decoded: Collection[Request] = ()) -> None:
         """The resumptions a plan's ``resumes`` promised, into ``out``: swapped requests
         brought back after the round's decode (of ``decoded``, their chunks not in ``out``)

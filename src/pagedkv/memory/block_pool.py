@@ -201,6 +201,13 @@ class BlockPool:
         self.block_hash[block] = key
         return True
 
+    def uncache_block(self, block: int, key: BlockHash) -> None:
+        """Undo the ``cache_block(block, key)`` that cached a used block (nothing if none
+        did); a later ``cache_block`` of that key, refused then, stays refused."""
+        if self.block_hash[block] == key and self.ref_counts[block]:
+            del self._cache[key]
+            self.block_hash[block] = None
+
     def lookup(self, key: BlockHash) -> int | None:
         """The block cached under ``key``, if any (no side effect)."""
         return self._cache.get(key)

@@ -172,6 +172,18 @@ class V1BlockPool(BlockPool):
         return block
 
     def _evict(self, block: int, key: BlockHash) -> None:
+        self._unmap(block, key)
+        self._num_cached_free -= 1
+        self.num_evictions += 1
+
+    def uncache_block(self, block: int, key: BlockHash) -> None:
+        """Undo the last ``cache_block(block, key)`` of a used block: the key's next copy,
+        if any, is the one a lookup finds (the cache map as if that call never ran)."""
+        if self.block_hash[block] == key and self.ref_counts[block]:
+            self._unmap(block, key)
+
+    def _unmap(self, block: int, key: BlockHash) -> None:
+        """``block`` no longer holds ``key`` in the cache map (the key's next copy moves up)."""
         copies = self._copies.get(key)
         if self._cache[key] == block:
             if copies:
@@ -184,8 +196,6 @@ class V1BlockPool(BlockPool):
         if copies is not None and not copies:
             del self._copies[key]
         self.block_hash[block] = None
-        self._num_cached_free -= 1
-        self.num_evictions += 1
 
     def release(self, blocks: list[int]) -> list[int]:
         freed = [b for b in blocks if self._drop_ref(b)]

@@ -706,6 +706,20 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         self._settle()
         self._register_keys(self._gpu_table(seq_id), num_tokens)
 
+    def take_back_last_keys(self, seq_ids: Sequence[SeqId]) -> None:
+        """The inverse of keying each sequence's last block, where its last token filled it
+        and it is keyed: its table's keys and the pool's cache map forget that key, and a
+        later ``cache_known_blocks`` makes it again. For a scheduler that learns a step's
+        tokens a step late (vLLM's async one), whose rounds were run with their blocks keyed
+        as they filled (the decode cohort: nothing read those keys in between)."""
+        self._settle(seq_ids)
+        bs = self.block_size
+        for seq_id in seq_ids:
+            table = self._gpu_table(seq_id)
+            full = table.num_tokens // bs
+            if full and table.num_tokens % bs == 0 and len(table.block_hashes) == full:
+                self.gpu.uncache_block(table.blocks[full - 1], table.block_hashes.pop())
+
     def can_append_all(self, seq_ids: Sequence[SeqId], num_tokens: int) -> bool:
         """Would ``append_slots(s, num_tokens)`` succeed for every sequence, in order? Siblings
         sharing a partial last block each copy it but the last, who finds it its own."""

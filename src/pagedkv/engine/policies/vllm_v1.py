@@ -109,6 +109,9 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
         # async: requests that sampled in the last step, in its order (vLLM's scheduler has
         # not seen those tokens yet)
         self._sampled: dict[Request, None] = {}
+        # async, prefix caching: the decode cohort runs rounds whose blocks it keys as they
+        # fill; the last round's keys are taken back at its end (``cohort_ends``)
+        self._window = False
         # Are the rounds this class's own, which the promises restate? (A subclass that
         # changes how a round is built, and states the promise itself, gets no plan.)
         cls = type(self)
@@ -149,6 +152,7 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
 
     # ----- one step -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        self._window = False
         out = self._schedule_once()
         if not self.config.async_scheduling:
             return out
@@ -169,12 +173,16 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
         """The last step's outputs reach the scheduler (async, after this step was scheduled):
         the blocks they complete are keyed, for each request that sampled and was not just
         preempted; then finished requests free their blocks and slots."""
+        self._key_sampled()
+        self._release()
+
+    def _key_sampled(self) -> None:
+        """The last step's outputs are known: the blocks they complete are keyed."""
         kv = self.paged
         for req in self._sampled:
             if req.status is not RequestStatus.WAITING and kv.has_seq(req.seq_id):
                 kv.cache_known_blocks(req.seq_id, req.num_computed_tokens)
         self._sampled = {}
-        self._release()
 
     def _release(self) -> None:
         """Finished requests (async: held through this step's schedule) free their blocks

@@ -13,7 +13,14 @@ async frees), priced and accounted as one round. The two orders give the same ro
   are those ``growth_victim`` names one after the other (the last running under FCFS, the
   highest (priority, arrival, id) under priority), and the round's decodes are the rest's;
 * no block is keyed (prefix caching off): then which block each append takes does not matter,
-  and neither does when a sampled token's block is keyed (async keys it a round late);
+  and neither does when a sampled token's block is keyed (async keys it a round late). Under
+  prefix caching only a round in which nothing waits or prefills is planned (its decodes,
+  then the async frees): no lookup reads the keys, and no free one its decodes fill, so the
+  cohort makes blocks and keys in running order (``append_order``) and keys a block as it
+  fills; with async scheduling the last step's outputs are keyed when the first such round
+  is planned (``_open_window``: every running request sampled in it, and the round's blocks
+  fit, so no victim frees an unkeyed block), and at the cohort's end the keys of its last
+  round's blocks are taken back, to be made when those outputs arrive (``cohort_ends``);
 * the async frees come after the round's appends and admissions, which the running count and
   free blocks they read still include, as in vLLM; a request awaiting its free needs no block
   and may be a victim (freed then, not among the round's frees), as in the running pass.
@@ -67,6 +74,7 @@ class V1PlanMixin:
     _draining: list[Request]
     _sampled: dict[Request, None]
     _rounds_mirrored: bool
+    _window: bool
 
     if TYPE_CHECKING:  # (VllmV1Scheduler's own, which the promises restate)
 
@@ -78,20 +86,23 @@ class V1PlanMixin:
 
         def _release(self) -> None: ...
 
+        def _key_sampled(self) -> None: ...
+
     def _threshold(self) -> int:
         """The long-prefill threshold of this round (``_schedule_once``'s rule)."""
         if len(self.running) + len(self.waiting) > 1:
             return self.config.long_prefill_token_threshold
         return 0
 
-    def _plannable(self) -> bool:
+    def _plannable(self, keys: bool = False) -> bool:
         """The states in which no promise is made: a subclass's own rounds, beams or groups,
-        prefix caching (keys, and when async makes them, decide hits and the free queue).
-        Token ids without prefix caching are read by nothing (the manager drops them)."""
+        prefix caching unless ``keys`` (the chunked rounds' keys, and when async makes them,
+        decide hits and the free queue). Token ids without prefix caching are read by nothing
+        (the manager drops them)."""
         return (
             self._rounds_mirrored
             and not (self.has_beams or self.has_groups)
-            and not self.paged.config.enable_prefix_caching
+            and (keys or not self.paged.config.enable_prefix_caching)
         )
 
     def plan_round(self) -> RoundPlan | None:
@@ -99,9 +110,10 @@ class V1PlanMixin:
         A plain decode plan (no ``fill``) when nothing waits, nothing awaits its free and no
         prompt is in chunks. None where the running pass would starve a decode of budget, or,
         with a prompt in chunks, where anyone might be short of a block (the free blocks must
-        hold the chunks' and one per decode), or in the states ``_plannable`` refuses.
-        O(running): the pass's walk."""
-        if not self._plannable():
+        hold the chunks' and one per decode), or in the states ``_plannable`` refuses; under
+        prefix caching, only where nothing waits or prefills (``_open_window``). O(running):
+        the pass's walk."""
+        if not self._plannable(keys=True):
             return None
         budget = self._budget
         threshold = self._threshold()
@@ -132,9 +144,62 @@ class V1PlanMixin:
             budget -= n
         if chunks and kv.num_free_blocks < need + decodes:
             return None  # someone may be short: the order of appends would matter
+        if kv.config.enable_prefix_caching and (chunks or self.waiting or not self._open_window()):
+            return None
         if not (chunks or self.waiting or self._draining):
             return RoundPlan(SchedulerOutput(), True)
         return RoundPlan(SchedulerOutput(), True, chunked=True)
+
+    def _open_window(self) -> bool:
+        """May the cohort run rounds under prefix caching from here (nothing waits or
+        prefills: the module docstring)? With async scheduling the first of them (no window
+        open) is planned only where every running request sampled in the last step, one
+        decodes and the round's new blocks fit (so the round runs); the last step's outputs
+        are then keyed now (``_key_sampled``): in the round they would be keyed after its
+        appends, which read no key. Sync scheduling keys every block as it fills."""
+        if self._window or not self.config.async_scheduling:
+            return True
+        sampled, bs = self._sampled, self.paged.block_size
+        need = decodes = 0
+        for req in self.running:
+            if req not in sampled:
+                return False  # its block, if this round fills it, is keyed at once
+            if req.status is _RUNNING:
+                decodes += 1
+                if req.num_computed_tokens % bs == 0:
+                    need += 1
+        if need > self.paged.num_free_blocks or (self.running and not decodes):
+            return False  # (the round might not run: those keys would come early)
+        self._key_sampled()
+        self._window = True
+        return True
+
+    def append_order(self, reqs: Sequence[Request]) -> list[tuple[float, int]]:
+        """The running order (admission order; every grower joins at the cohort's start, and
+        ``cohort_ends`` settles them all under prefix caching)."""
+        at = {r: i for i, r in enumerate(self.running)}
+        return [(at[r], 0) for r in reqs]
+
+    def cohort_ends(self, ran: bool) -> None:
+        """Under prefix caching the running requests' tables are brought up to date (no
+        grower outlives the cohort: ``append_order`` holds for the next). With async
+        scheduling, each computed its token in the cohort's last round, whose outputs arrive
+        in the next schedule (``_sampled``), and the keys of the blocks those tokens filled,
+        made as the round ran, are taken back until then."""
+        kv = self.paged
+        if not kv.config.enable_prefix_caching:
+            return
+        seq_ids = [r.seq_id for r in self.running]
+        if not self._window:
+            kv.stop_growing(seq_ids)
+            return
+        self._window = False
+        if not ran:
+            if self.running:
+                raise IntegrityError("the last step's outputs were keyed, but no round ran")
+            return
+        self._sampled = dict.fromkeys(self.running)
+        kv.take_back_last_keys(seq_ids)
 
     def fill(
         self,
@@ -258,6 +323,7 @@ MIRRORED = (
     "_pick_victim",
     "_preempt",
     "_outputs_arrive",
+    "_key_sampled",
     "_release",
     "finish",
     "add_request",
