@@ -59,6 +59,12 @@ CASES: dict[str, dict[str, Any]] = {
     "reserve": {"scheduler": "reserve"},
     "orca-oracle": {"scheduler": "orca-oracle"},
     "vllm-v1": {"scheduler": "vllm-v1"},
+    "vllm-v1 prefix caching": {
+        "scheduler": "vllm-v1",
+        "workload": "shared-prefix",
+        "prefix_len": 200,
+        "enable_prefix_caching": True,
+    },
 }
 """What each ``--cases`` run changes in the base run's flat config. Swap runs at rate 10, where
 the base policy preempts (at the base rate it seldom does, and swap would be the base run)."""
