@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 
 from pagedkv.memory.block_table import cdiv
+from pagedkv.memory.config import CacheConfig
+from pagedkv.memory.eviction import v1_pool
 from pagedkv.memory.interface import AllocStatus
 from pagedkv.memory.manager import KVCacheManager
 from pagedkv.memory.prefix_hash import hash_block
@@ -112,6 +114,32 @@ def test_generated_tokens_become_cacheable(bs: int) -> None:
     m.check_integrity()
     conversation = prompt + out + (1,)
     assert m.lookup_prefix(conversation).num_computed_tokens == 2 * bs
+
+
+@pytest.mark.parametrize("v1", [False, True])
+@pytest.mark.parametrize("bs", BLOCK_SIZES)
+def test_a_last_key_taken_back_is_made_again_later(bs: int, v1: bool) -> None:
+    """``take_back_last_keys``: the key of a last block its last token filled leaves the
+    table and the cache map (a lookup stops before it), a partial last block keeps its keys,
+    and ``cache_known_blocks`` makes it again. On vLLM's pool a key may sit on two blocks:
+    taken back from the first, the lookup finds the second; the base pool caches a key once."""
+    cache = CacheConfig(num_gpu_blocks=32, block_size=bs, enable_prefix_caching=True)
+    m = KVCacheManager(cache, v1_pool(32, enable_caching=True) if v1 else None)
+    prompt = tuple(range(2 * bs))
+    asked = (*prompt, 7)
+    m.allocate("a", 2 * bs, token_ids=prompt)
+    m.allocate("b", bs + 1, token_ids=prompt[: bs + 1])  # a hit, then a partial block
+    m.take_back_last_keys(["a", "b"])
+    m.check_integrity()
+    assert m.lookup_prefix(asked).num_computed_tokens == bs
+    m.allocate("c", 2 * bs, token_ids=prompt)  # computes its own second block, keyed
+    m.cache_known_blocks("a", 2 * bs)  # a's second block keyed again (v1: a second copy)
+    m.take_back_last_keys(["c"])
+    m.check_integrity()
+    assert m.lookup_prefix(asked).num_computed_tokens == (2 * bs if v1 else bs)
+    m.cache_known_blocks("c", 2 * bs)
+    m.check_integrity()
+    assert m.lookup_prefix(asked).num_computed_tokens == 2 * bs
 
 
 @pytest.mark.parametrize("bs", BLOCK_SIZES)
