@@ -364,6 +364,12 @@ def _following(i: int, prompt: int, output: int, at: float, priority: int = 0) -
     )
 
 
+def _own(i: int, prompt: int, output: int, at: float) -> RequestSpec:
+    """A request with ids of its own (no block in common with any other)."""
+    ids = tuple(range(1_000_000 * (i + 1), 1_000_000 * (i + 1) + prompt + output))
+    return RequestSpec(i, prompt, output, at, token_ids=ids[:prompt], output_token_ids=ids[prompt:])
+
+
 def _keyed(workload: list[RequestSpec], block_size: int, policy: str = "fcfs") -> dict[str, Any]:
     return {
         "workload": workload,
@@ -385,23 +391,41 @@ def _keyed(workload: list[RequestSpec], block_size: int, policy: str = "fcfs") -
     }
 
 
+@pytest.mark.parametrize("other", ["follows", "own"])
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_a_finish_in_the_cohorts_last_round_keys_its_block_a_step_late(block_size: int) -> None:
-    """A request that finishes in the last round of a cohort, a prompt arriving then that runs
-    through the block its last token filled: async keys that block only after the waiting
-    pass (the cohort keyed it as the round ran, and takes it back: ``cohort_ends``). Every
-    arrival in a span of rounds (one of them lines up), fast against reference."""
+def test_a_finish_in_the_cohorts_last_round_keys_its_block_a_step_late(
+    block_size: int, other: str
+) -> None:
+    """A request that finishes in a round of the cohort, a prompt arriving then that runs
+    through the block its last token filled: async keys that block only after the next
+    round's waiting pass (the cohort keyed it as the round ran: it admits no such prompt, and
+    takes the key back where it ends: ``cohort_ends``). Beside it a request decoding the same
+    sequence (its next block in the prompt's chain too) or its own. Every arrival in a span of
+    rounds (one of them lines up), fast against reference."""
     for k in range(40, 70):
-        workload = [
-            _following(0, 10, 48, 0.0),
-            _following(1, 8, 80, 0.0),
-            _following(2, 150, 5, k + 0.5),
-        ]
+        beside = _following(1, 8, 80, 0.0) if other == "follows" else _own(1, 8, 80, 0.0)
+        workload = [_following(0, 10, 48, 0.0), beside, _following(2, 150, 5, k + 0.5)]
         setup = _keyed(workload, block_size)
         fast = build(setup, False)
         assert outcome(fast) == outcome(build(setup, True)), k
         assert fast.fast_forward is not None
         assert fast.fast_forward.rounds > 0
+
+
+@pytest.mark.parametrize("block_size", [1, 4])
+def test_no_waiting_request_is_admitted_through_a_block_the_round_fills(block_size: int) -> None:
+    """Two arrivals at once while a request decodes a common sequence: the head has ids of
+    its own, the next one's prompt runs through the decoding request's blocks, one of which
+    the round fills (keyed by vLLM's async scheduler after the waiting pass): the cohort
+    admits neither then. Every arrival in a span of rounds, fast against reference."""
+    for k in range(20, 40):
+        workload = [
+            _following(0, 10, 100, 0.0),
+            _own(1, 30, 5, k + 0.5),
+            _following(2, 150, 5, k + 0.5),
+        ]
+        fast = build(_keyed(workload, block_size), False)
+        assert outcome(fast) == outcome(build(_keyed(workload, block_size), True)), k
 
 
 def test_requests_that_finish_in_one_round_free_in_running_order() -> None:

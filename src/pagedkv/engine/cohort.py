@@ -462,11 +462,12 @@ class Cohort:
         swapped = sched.swapped[0].seq_ids if sched.swapped else ()
         return self.paged.growth_may_hit(ids, swapped)
 
-    def _finish(self) -> None:
+    def _finish(self, also: list[Request] | None = None) -> list[Request]:
         """Members whose last round was the one just run: counters up to date, memory freed
-        (in running order; blocks growth took for them but never chose stay free)."""
+        (in running order; blocks growth took for them but never chose stay free); ``also``:
+        the round's other requests that finished (chunks of it), in one running order."""
         finishes, d, members = self.finishes, self.done, self.members
-        group = []
+        group = also or []
         pop = heapq.heappop
         while finishes and finishes[0][0] == d:
             _, _, _, req, member = pop(finishes)
@@ -486,6 +487,7 @@ class Cohort:
             self.paged.stop_growing([s for req in group for s in req.seq_ids])
         if self.engine.check_integrity:
             self._check()
+        return group
 
     def _preempt(self, victim: Request) -> int:
         """The next decode round's new blocks do not all fit: the policy's victims (from
@@ -613,7 +615,13 @@ class Cohort:
             self.ledger.preempted(out.preempted, len(out.swap_out))
         self.admitted_running += len(sched.running)
         self.admitted_seqs += len(members) + len(chunks)
-        self._round(duration, out)
+        held = self._round(duration, out, hold=True)
+        finishes = self.finishes
+        while finishes and members.get(finishes[0][3]) is not finishes[0][4]:
+            heapq.heappop(finishes)  # a member preempted since
+        ended: list[Request] = []
+        if held or (finishes and finishes[0][0] == self.done):
+            ended = self._finish(held)  # the round's members and chunks, in one order
         joined: list[Request] = []
         rest: list[Request] = []
         for req in dict.fromkeys([*self.prefilling, *[c.request for c in chunks]]):
@@ -625,22 +633,30 @@ class Cohort:
         if joined:
             self._join(joined)
         lone = any(r.num_pending_tokens == 1 for r in rest)
-        if lone or len(sched.running) != len(members) + len(rest):
+        held_on = sum(1 for r in ended if r in sched.running)  # (a policy holds them: async)
+        if lone or len(sched.running) != len(members) + len(rest) + held_on:
             return None
-        return bool(chunks or out.preempted or out.swap_in or out.released)
+        return bool(chunks or out.preempted or out.swap_in or out.released or ended)
 
-    def _round(self, duration: int, out: SchedulerOutput | None) -> None:
+    def _round(
+        self, duration: int, out: SchedulerOutput | None, hold: bool = False
+    ) -> list[Request]:
         """A decode round of the members on its own, of ``duration``, with ``out``'s chunks
-        (None: the members alone): accounted at the books after it, then applied."""
+        (None: the members alone): accounted at the books after it, then applied. With
+        ``hold``, the chunks' requests that finished are returned, not finished."""
         self.done += 1
         self.windows += 1
         self._account(duration, len(self.engine.scheduler.running))
+        held: list[Request] = []
         if out is None:
             self.ledger.advance(duration)
+        elif hold:
+            held = self.engine.advance(out, duration)
         else:
             self.engine.apply(out, duration)
         if self.times is not None:
             self._ran(self.done - 1, self.ledger.ticks, None, 1)
+        return held
 
     def _account(self, duration: int, running: int) -> None:
         """A round of ``duration`` at the books as they are now (its allocations made)."""

@@ -249,10 +249,24 @@ class Engine:
         stopped: frozenset[int] = frozenset(),
     ) -> bool:
         """An iteration's effects once it ran (and was accounted; ``duration`` in ticks): the
-        clock, each request's
-        counters and the tokens it sampled (a real executor's, keyed by seq id); finished
-        requests (their output_len reached, or ``stopped``: a real model's stop token) free
-        their memory. True if any did."""
+        clock, each request's counters and the tokens it sampled (a real executor's, keyed by
+        seq id); finished requests (their output_len reached, or ``stopped``: a real model's
+        stop token) free their memory. True if any did."""
+        finished = self.advance(batch, duration, sampled, stopped)
+        if finished:
+            self.finish(finished)
+            return True
+        return False
+
+    def advance(
+        self,
+        batch: SchedulerOutput,
+        duration: int,
+        sampled: Mapping[object, int] | None = None,
+        stopped: frozenset[int] = frozenset(),
+    ) -> list[Request]:
+        """``apply`` but the finishing: returns the requests that finished, in the batch's
+        order, for the caller to ``finish`` (the decode cohort, with its members')."""
         ledger = self.ledger
         start = ledger.ticks
         ledger.advance(duration)
@@ -279,10 +293,7 @@ class Engine:
                 elif req.request_id in stopped:
                     req.stop_early()
                     finished.append(req)
-        if finished:
-            self.finish(finished)
-            return True
-        return False
+        return finished
 
     def _stamp(self, req: Request) -> None:
         """Record that ``req`` sampled its latest output token now. A group restarted by a

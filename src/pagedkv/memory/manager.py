@@ -452,12 +452,22 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         table.block_hashes += use
 
     def growth_may_hit(
-        self, token_ids: Sequence[int] | None = None, swapped: Sequence[SeqId] = ()
+        self,
+        token_ids: Sequence[int] | None = None,
+        swapped: Sequence[SeqId] = (),
+        held: Sequence[SeqId] = (),
     ) -> bool:
         """Could the rounds to come of the growing sequences key a block that a lookup of
         ``token_ids`` (a waiting request's prompt), or a swap-in of the swapped sequences
-        ``swapped``, would find? (``growth_may_key``; False without prefix caching.)"""
-        if not self._parents and not self._stale:
+        ``swapped``, would find (``growth_may_key``)? Or, for the lookup, the last block of
+        a sequence of ``held`` if full and keyed? (False without prefix caching.)"""
+        last: set[BlockHash] = set()
+        for seq_id in held:
+            own = self._gpu_table(seq_id)
+            n = own.num_tokens
+            if n and n % self.block_size == 0 and len(own.block_hashes) == n // self.block_size:
+                last.add(own.block_hashes[-1])
+        if not self._parents and not self._stale and not last:
             return False
         if token_ids is not None and len(token_ids) >= 2:
             bs = self.block_size
@@ -465,7 +475,9 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
             keys = self._memo_keys(token_ids, n, None)
             if keys is None:
                 keys = hash_blocks(token_ids[: n * bs], bs)
-            if self.growth_may_key(keys):
+            if (self._parents or self._stale) and self.growth_may_key(keys):
+                return True
+            if last and not last.isdisjoint(keys):
                 return True
         for seq_id in swapped:
             table = self._swapped.get(seq_id)

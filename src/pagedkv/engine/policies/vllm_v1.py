@@ -112,6 +112,9 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
         # async, prefix caching: the decode cohort runs rounds whose blocks it keys as they
         # fill; the last round's keys are taken back at its end (``cohort_ends``)
         self._window = False
+        # each running request's admission, counted (its place in the running order)
+        self._serial: dict[Request, int] = {}
+        self._admissions = 0
         # Are the rounds this class's own, which the promises restate? (A subclass that
         # changes how a round is built, and states the promise itself, gets no plan.)
         cls = type(self)
@@ -149,6 +152,12 @@ class VllmV1Scheduler(V1PlanMixin, PriorityQueueMixin, Scheduler):
     def _start_running(self, req: Request) -> None:
         req.status = RequestStatus.RUNNING
         self.running.append(req)  # vLLM's running list is in admission order
+        self._admissions += 1
+        self._serial[req] = self._admissions
+
+    def _free_group(self, req: Request) -> None:
+        self._serial.pop(req, None)  # (it leaves the running list)
+        super()._free_group(req)
 
     # ----- one step -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:

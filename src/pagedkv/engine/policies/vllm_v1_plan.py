@@ -14,13 +14,16 @@ async frees), priced and accounted as one round. The two orders give the same ro
   highest (priority, arrival, id) under priority), and the round's decodes are the rest's;
 * no block is keyed (prefix caching off): then which block each append takes does not matter,
   and neither does when a sampled token's block is keyed (async keys it a round late). Under
-  prefix caching only a round in which nothing waits or prefills is planned (its decodes,
-  then the async frees): no lookup reads the keys, and no free one its decodes fill, so the
-  cohort makes blocks and keys in running order (``append_order``) and keys a block as it
-  fills; with async scheduling the last step's outputs are keyed when the first such round
-  is planned (``_open_window``: every running request sampled in it, and the round's blocks
-  fit, so no victim frees an unkeyed block), and at the cohort's end the keys of its last
-  round's blocks are taken back, to be made when those outputs arrive (``cohort_ends``);
+  prefix caching no prompt is in chunks and nobody is short of a block (no victim frees a
+  block async has not keyed yet); the cohort makes blocks and keys in running order
+  (``append_order``) and keys a block as it fills. With async scheduling vLLM keys it a step
+  later, at the request's next append or, for a finished request, after the waiting pass;
+  so the cohort's first round admits nobody and keys the last step's outputs when it is
+  planned (``_open_window``: every running request sampled in it, and its blocks fit); a
+  later round admits only where no waiting prompt's chain of keys reaches a block the round
+  fills or a finished request's last block (``_lookups_hold``); and at the cohort's end the
+  keys of its last round's decodes are taken back, to be made when those outputs arrive
+  (``cohort_ends``);
 * the async frees come after the round's appends and admissions, which the running count and
   free blocks they read still include, as in vLLM; a request awaiting its free needs no block
   and may be a victim (freed then, not among the round's frees), as in the running pass.
@@ -75,6 +78,7 @@ class V1PlanMixin:
     _sampled: dict[Request, None]
     _rounds_mirrored: bool
     _window: bool
+    _serial: dict[Request, int]
 
     if TYPE_CHECKING:  # (VllmV1Scheduler's own, which the promises restate)
 
@@ -144,21 +148,48 @@ class V1PlanMixin:
             budget -= n
         if chunks and kv.num_free_blocks < need + decodes:
             return None  # someone may be short: the order of appends would matter
-        if kv.config.enable_prefix_caching and (chunks or self.waiting or not self._open_window()):
+        if kv.config.enable_prefix_caching and not self._keys_hold(chunks):
             return None
         if not (chunks or self.waiting or self._draining):
             return RoundPlan(SchedulerOutput(), True)
         return RoundPlan(SchedulerOutput(), True, chunked=True)
 
-    def _open_window(self) -> bool:
-        """May the cohort run rounds under prefix caching from here (nothing waits or
-        prefills: the module docstring)? With async scheduling the first of them (no window
-        open) is planned only where every running request sampled in the last step, one
-        decodes and the round's new blocks fit (so the round runs); the last step's outputs
-        are then keyed now (``_key_sampled``): in the round they would be keyed after its
-        appends, which read no key. Sync scheduling keys every block as it fills."""
-        if self._window or not self.config.async_scheduling:
+    def _keys_hold(self, chunks: bool) -> bool:
+        """Under prefix caching, does the plan hold (the module docstring)? No prompt may be
+        in chunks. Sync scheduling keys every block as it fills, as the cohort does. With
+        async scheduling the cohort's first round (``_open_window``) waits for nothing, and
+        a later one admits only where its lookups find what vLLM's would (``_lookups_hold``)."""
+        if chunks:
+            return False
+        if not self.config.async_scheduling:
             return True
+        if self._window:
+            return not self.waiting or self._lookups_hold()
+        return not self.waiting and self._open_window()
+
+    def _lookups_hold(self) -> bool:
+        """Would the waiting pass's lookups find the blocks vLLM's do? The cohort keyed the
+        round's decodes' blocks, and the last round's finishers' (awaiting their free), as
+        they filled; vLLM keys those after the waiting pass. So no waiting request's chain of
+        keys may hold one: no grower's next full block completes one of its keys, and no
+        finisher's last full block is one (``growth_may_hit``). A preempted request waiting
+        (its recompute is keyed at once, not a decode's block): no plan."""
+        kv = self.paged
+        held = [r.seq_id for r in self._draining]
+        for req in self.waiting:
+            if req.num_output_tokens:
+                return False
+            ids = req.known_token_ids
+            if ids is not None and kv.growth_may_hit(ids, held=held):
+                return False
+        return True
+
+    def _open_window(self) -> bool:
+        """The cohort's first round under prefix caching with async scheduling: planned only
+        where every running request sampled in the last step, one decodes and the round's
+        new blocks fit (so the round runs); the last step's outputs are then keyed now
+        (``_key_sampled``): in the round they would be keyed after its appends, which read
+        no key."""
         sampled, bs = self._sampled, self.paged.block_size
         need = decodes = 0
         for req in self.running:
@@ -175,10 +206,9 @@ class V1PlanMixin:
         return True
 
     def append_order(self, reqs: Sequence[Request]) -> list[tuple[float, int]]:
-        """The running order (admission order; every grower joins at the cohort's start, and
-        ``cohort_ends`` settles them all under prefix caching)."""
-        at = {r: i for i, r in enumerate(self.running)}
-        return [(at[r], 0) for r in reqs]
+        """The running order: admission order (a resumed request joins the end)."""
+        serial = self._serial
+        return [(serial[r], 0) for r in reqs]
 
     def cohort_ends(self, ran: bool) -> None:
         """Under prefix caching the running requests' tables are brought up to date (no
@@ -189,17 +219,20 @@ class V1PlanMixin:
         kv = self.paged
         if not kv.config.enable_prefix_caching:
             return
-        seq_ids = [r.seq_id for r in self.running]
         if not self._window:
-            kv.stop_growing(seq_ids)
+            kv.stop_growing([r.seq_id for r in self.running])
             return
         self._window = False
         if not ran:
             if self.running:
                 raise IntegrityError("the last step's outputs were keyed, but no round ran")
             return
-        self._sampled = dict.fromkeys(self.running)
-        kv.take_back_last_keys(seq_ids)
+        # (a prompt in chunks ends the cohort: it is not among those that sampled)
+        self._sampled = {r: None for r in self.running if r.num_pending_tokens <= 1}
+        # only a decode's block waits for its output (a prefill's ids are known)
+        kv.take_back_last_keys(
+            [r.seq_id for r in self.running if r.num_computed_tokens > r.prompt_len]
+        )
 
     def fill(
         self,
@@ -325,6 +358,7 @@ MIRRORED = (
     "_outputs_arrive",
     "_key_sampled",
     "_release",
+    "_free_group",
     "finish",
     "add_request",
     "_start_running",
