@@ -157,8 +157,9 @@ class V1PlanMixin:
     def _keys_hold(self, chunks: bool) -> bool:
         """Under prefix caching, does the plan hold (the module docstring)? No prompt may be
         in chunks. Sync scheduling keys every block as it fills, as the cohort does. With
-        async scheduling the cohort's first round (``_open_window``) waits for nothing, and
-        a later one admits only where its lookups find what vLLM's would (``_lookups_hold``)."""
+        async scheduling the cohort's first round (``_open_window``) runs only while nothing
+        waits, and a later one admits only where its lookups find what vLLM's would
+        (``_lookups_hold``)."""
         if chunks:
             return False
         if not self.config.async_scheduling:
