@@ -14,7 +14,7 @@ stay exact every round and their blocks are chosen when something reads them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError, IntegrityError, PagedKVError, UnknownSequenceError
@@ -455,18 +455,12 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         self,
         token_ids: Sequence[int] | None = None,
         swapped: Sequence[SeqId] = (),
-        held: Sequence[SeqId] = (),
+        last: Collection[BlockHash] = (),
     ) -> bool:
         """Could the rounds to come of the growing sequences key a block that a lookup of
         ``token_ids`` (a waiting request's prompt), or a swap-in of the swapped sequences
-        ``swapped``, would find (``growth_may_key``)? Or, for the lookup, the last block of
-        a sequence of ``held`` if full and keyed? (False without prefix caching.)"""
-        last: set[BlockHash] = set()
-        for seq_id in held:
-            own = self._gpu_table(seq_id)
-            n = own.num_tokens
-            if n and n % self.block_size == 0 and len(own.block_hashes) == n // self.block_size:
-                last.add(own.block_hashes[-1])
+        ``swapped``, would find (``growth_may_key``)? Or would the lookup find one of the keys
+        ``last`` (``last_full_keys``)? (False without prefix caching.)"""
         if not self._parents and not self._stale and not last:
             return False
         if token_ids is not None and len(token_ids) >= 2:
@@ -477,7 +471,7 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
                 keys = hash_blocks(token_ids[: n * bs], bs)
             if (self._parents or self._stale) and self.growth_may_key(keys):
                 return True
-            if last and not last.isdisjoint(keys):
+            if last and any(k in last for k in keys):
                 return True
         for seq_id in swapped:
             table = self._swapped.get(seq_id)
@@ -717,6 +711,17 @@ class KVCacheManager(PinnedPrefixMixin, SwapMixin, KeyedAppendMixin, KeyedGrowth
         only after the next step is scheduled, as vLLM's async one, and keys them then."""
         self._settle()
         self._register_keys(self._gpu_table(seq_id), num_tokens)
+
+    def last_full_keys(self, seq_ids: Sequence[SeqId]) -> set[BlockHash]:
+        """The keys of these sequences' last blocks, where full and keyed."""
+        bs = self.block_size
+        got: set[BlockHash] = set()
+        for seq_id in seq_ids:
+            table = self._gpu_table(seq_id)
+            n = table.num_tokens
+            if n and n % bs == 0 and len(table.block_hashes) == n // bs:
+                got.add(table.block_hashes[-1])
+        return got
 
     def take_back_last_keys(self, seq_ids: Sequence[SeqId]) -> None:
         """The inverse of keying each sequence's last block, where its last token filled it

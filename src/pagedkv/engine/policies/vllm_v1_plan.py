@@ -176,12 +176,12 @@ class V1PlanMixin:
         finisher's last full block is one (``growth_may_hit``). A preempted request waiting
         (its recompute is keyed at once, not a decode's block): no plan."""
         kv = self.paged
-        held = [r.seq_id for r in self._draining]
+        last = kv.last_full_keys([r.seq_id for r in self._draining])
         for req in self.waiting:
             if req.num_output_tokens:
                 return False
             ids = req.known_token_ids
-            if ids is not None and kv.growth_may_hit(ids, held=held):
+            if ids is not None and kv.growth_may_hit(ids, last=last):
                 return False
         return True
 
